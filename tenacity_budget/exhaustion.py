@@ -1,0 +1,127 @@
+"""What a budgeted run reports when it gives up: the reason, the figures and the error.
+
+:class:`BudgetExhausted` is a :class:`tenacity.RetryError`, so code that already catches
+tenacity's error keeps working; it adds :attr:`BudgetExhausted.report`, an immutable
+:class:`ExhaustionReport` of how the budget was spent, for logs and dead-letter queues.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from tenacity import RetryError
+
+if TYPE_CHECKING:
+    from tenacity import Future
+
+__all__ = ["BudgetExhausted", "ExhaustionReport", "StopReason"]
+
+# Attribute under which stop_budget leaves its per-run record on each attempt's Future, so
+# that BudgetExhausted(last_attempt), built by tenacity with nothing but that Future, can
+# still tell how the budget was spent.
+STATE_ATTR = "_tenacity_budget_state"
+
+
+class StopReason(str, enum.Enum):
+    """Why a budgeted run stopped retrying."""
+
+    COUNT = "count"
+    """The run made every retry the budget affords (``max_attempts()``)."""
+    SLEEP_BUDGET = "sleep_budget"
+    """The next sleep would have taken the total slept past ``max_elapsed``."""
+    WALL_CLOCK = "wall_clock"
+    """Elapsed time plus the next sleep and attempt would have passed ``max_elapsed``."""
+    DEADLINE = "deadline"
+    """The next sleep and attempt would have ended after the absolute deadline."""
+    OTHER = "other"
+    """Another stop strategy composed with the budget ended the run."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExhaustionReport:
+    """An immutable record of how a budgeted run spent its budget.
+
+    Attributes:
+        attempts: calls made to the function, the first one included.
+        affordable: retries the budget afforded (``policy.max_attempts()``), or ``None``
+            when no budget stop took part in the run.
+        slept: seconds slept between attempts.
+        elapsed: seconds from the start of the first attempt to the decision to stop.
+        budget: the policy's ``max_elapsed``, or ``None`` without a budget stop.
+        deadline: the absolute deadline the run observed, if any.
+        reason: why the run stopped (a :class:`StopReason`).
+        last_exception: the exception of the last attempt (``None`` when retrying on a result).
+    """
+
+    attempts: int
+    affordable: int | None
+    slept: float
+    elapsed: float
+    budget: float | None
+    deadline: datetime | None
+    reason: StopReason
+    last_exception: BaseException | None
+
+    @property
+    def retries(self) -> int:
+        """Retries made: every call after the first."""
+        return max(0, self.attempts - 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain, JSON-friendly values (for structured logs and dead-letter payloads)."""
+        return {
+            "attempts": self.attempts,
+            "affordable": self.affordable,
+            "slept": self.slept,
+            "elapsed": self.elapsed,
+            "budget": self.budget,
+            "deadline": self.deadline.isoformat() if self.deadline else None,
+            "reason": self.reason.value,
+            "last_exception": repr(self.last_exception) if self.last_exception else None,
+        }
+
+    @classmethod
+    def from_attempt(cls, last_attempt: Future) -> ExhaustionReport:
+        """Build the report from the last attempt of a run (what tenacity hands its errors)."""
+        exc = last_attempt.exception() if last_attempt.done() else None
+        state = getattr(last_attempt, STATE_ATTR, None)
+        if state is None:
+            return cls(
+                attempts=last_attempt.attempt_number,
+                affordable=None,
+                slept=0.0,
+                elapsed=0.0,
+                budget=None,
+                deadline=None,
+                reason=StopReason.OTHER,
+                last_exception=exc,
+            )
+        report: ExhaustionReport = state.report(exc)
+        return report
+
+
+class BudgetExhausted(RetryError):
+    """Raised when a budgeted run gives up: a :class:`tenacity.RetryError` with a report.
+
+    ``policy.retry()`` raises it by default; with plain tenacity use
+    ``@retry(..., stop=policy.stop(), retry_error_cls=BudgetExhausted)``.
+    ``reraise=True`` keeps tenacity's meaning: the last exception is raised instead.
+    """
+
+    report: ExhaustionReport
+
+    def __init__(self, last_attempt: Future, report: ExhaustionReport | None = None) -> None:
+        super().__init__(last_attempt)
+        self.report = report if report is not None else ExhaustionReport.from_attempt(last_attempt)
+
+    def __str__(self) -> str:
+        r = self.report
+        budget = f"{r.budget:g} s" if r.budget is not None else "no budget"
+        return (
+            f"retry budget exhausted ({r.reason.value}): {r.attempts} attempts, "
+            f"slept {r.slept:.3f} s, elapsed {r.elapsed:.3f} s of {budget}; "
+            f"last: {r.last_exception!r}"
+        )

@@ -1,0 +1,90 @@
+"""Randomness: jitter that spreads retries without ever exceeding the nominal delay.
+
+Each function takes the nominal (capped) delay of a retry and returns the wait actually
+slept. Every one of them stays within ``[0, delay]``, so the budget solver's bound, computed
+from nominal delays, holds whatever the random draws are. Each call draws exactly one number
+from ``rng`` (a :class:`random.Random`; ``None`` means the ``random`` module's generator),
+so a seeded generator replays the same waits.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "JitterMode",
+    "apply_jitter",
+    "decorrelated_jitter",
+    "equal_jitter",
+    "full_jitter",
+]
+
+JitterMode: TypeAlias = Literal["none", "full", "equal", "decorrelated"]
+"""The jitter modes a :class:`~tenacity_budget.BackoffPolicy` accepts."""
+
+
+def _uniform(low: float, high: float, rng: random.Random | None) -> float:
+    draw = (rng or random).random()  # one draw in [0, 1)
+    # Clamp: low + (high - low) * draw can round one ulp past high.
+    return min(high, low + (high - low) * draw)
+
+
+def full_jitter(delay: float, rng: random.Random | None = None) -> float:
+    """A uniform wait in ``[0, delay]``: clients spread the most, lowest expected wait."""
+    return _uniform(0.0, delay, rng)
+
+
+def equal_jitter(delay: float, rng: random.Random | None = None) -> float:
+    """Half fixed, half random: a uniform wait in ``[delay / 2, delay]``.
+
+    Keeps a minimum spacing between attempts while still de-synchronising clients.
+    """
+    return _uniform(delay / 2, delay, rng)
+
+
+def decorrelated_jitter(
+    delay: float,
+    previous: float,
+    base: float,
+    rng: random.Random | None = None,
+) -> float:
+    """Decorrelated jitter, bounded by the nominal delay of its retry.
+
+    The AWS formulation draws ``uniform(base, 3 * previous)``, growing from the previous
+    wait rather than from the attempt number, and caps it at a global maximum. That maximum
+    is not the nominal delay of the retry, so the sum of waits can outrun a budget computed
+    from nominal delays. Here the draw is capped at ``delay`` (the nominal delay of this
+    retry) instead, which keeps the budget bound::
+
+        min(delay, uniform(base, max(base, 3 * previous)))
+
+    Args:
+        delay: the nominal (capped) delay of this retry; the result never exceeds it.
+        previous: the wait slept before the previous retry (0 before the first retry).
+        base: the policy's first delay, the lower end of every draw.
+        rng: the generator to draw from; ``None`` uses the ``random`` module.
+    """
+    high = max(base, 3.0 * previous)
+    return min(delay, _uniform(base, high, rng))
+
+
+def apply_jitter(
+    mode: JitterMode,
+    delay: float,
+    previous: float,
+    base: float,
+    rng: random.Random | None,
+) -> float:
+    """The wait for one retry in ``mode``, given its nominal ``delay``.
+
+    ``previous`` (the wait before the previous retry) and ``base`` matter only for the
+    decorrelated mode. ``"none"`` draws nothing and returns ``delay``.
+    """
+    if mode == "full":
+        return _uniform(0.0, delay, rng)
+    if mode == "equal":
+        return _uniform(delay / 2, delay, rng)
+    if mode == "decorrelated":
+        return decorrelated_jitter(delay, previous, base, rng)
+    return delay

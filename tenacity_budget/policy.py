@@ -1,0 +1,272 @@
+"""The validated model: :class:`BackoffPolicy`, a budget-bounded exponential backoff.
+
+A policy is a frozen pydantic model. Every configuration that could not respect its
+budget is refused at construction with a :class:`pydantic.ValidationError` that says what
+to change, so an unsafe policy fails at start-up, never mid-incident. The policy derives how
+many retries its budget affords and hands out tenacity strategies that enforce it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from .jitter import JitterMode, apply_jitter
+from .solver import backoff_delays, capped_index, compute_max_attempts, total_delay
+from .strategies import DeadlineSource, RetryAfter, check_aware, stop_budget, wait_budget
+
+if TYPE_CHECKING:
+    from .runtime import BudgetedRetry
+
+__all__ = ["BackoffPolicy"]
+
+Seconds = Annotated[float, Field(allow_inf_nan=False)]
+
+# waits() builds a list; beyond this many retries, walk iter_waits() instead.
+_MAX_LISTED_WAITS = 10_000_000
+
+
+class BackoffPolicy(BaseModel):
+    """A budget-bounded exponential backoff configuration.
+
+    The nominal delay before retry ``n`` (``n = 0, 1, ...``) is
+    ``min(cap, base * factor**n)``; jitter draws each actual wait within that nominal
+    delay. The policy affords :meth:`max_attempts` retries: the largest count whose nominal
+    delays, plus one ``attempt_duration`` per call, fit in ``max_elapsed``.
+
+    Example:
+        >>> policy = BackoffPolicy(base=1, factor=2, cap=60, max_elapsed=300, jitter="none")
+        >>> policy.max_attempts()
+        9
+        >>> policy.waits()
+        [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    """
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        str_strip_whitespace=True,
+        validate_default=True,
+    )
+
+    base: Seconds = Field(gt=0, description="First delay, in seconds (> 0).")
+    factor: Seconds = Field(default=2.0, gt=1, description="Growth per retry (> 1).")
+    cap: Seconds = Field(gt=0, description="Ceiling of any one delay, in seconds (> 0).")
+    max_elapsed: Seconds = Field(gt=0, description="Total retry budget, in seconds (> 0).")
+    jitter: JitterMode = Field(default="full", description="none, full, equal or decorrelated.")
+    attempt_duration: Seconds = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds one attempt is expected to take at most (>= 0); counted in the budget.",
+    )
+    deadline: AwareDatetime | None = Field(
+        default=None,
+        description="Absolute deadline (timezone-aware) that every run also respects.",
+    )
+
+    _max_attempts: int = PrivateAttr(default=0)
+    _capped_index: int = PrivateAttr(default=0)
+
+    @model_validator(mode="after")
+    def _budget_admits_a_retry(self) -> Self:
+        if self.cap > self.max_elapsed:
+            raise ValueError(
+                f"cap ({self.cap:g} s) exceeds max_elapsed ({self.max_elapsed:g} s): a single "
+                "wait could breach the budget; lower cap or raise max_elapsed"
+            )
+        if self.base > self.max_elapsed:
+            raise ValueError(
+                f"base ({self.base:g} s) exceeds max_elapsed ({self.max_elapsed:g} s): the "
+                "budget affords no retry; lower base or raise max_elapsed"
+            )
+        affordable = compute_max_attempts(
+            self.max_elapsed, self.base, self.factor, self.cap, self.attempt_duration
+        )
+        if affordable == 0:
+            needed = self.base + 2 * self.attempt_duration
+            raise ValueError(
+                f"max_elapsed ({self.max_elapsed:g} s) affords no retry: one retry needs "
+                f"base + 2 * attempt_duration = {needed:g} s; raise max_elapsed or lower "
+                "base or attempt_duration"
+            )
+        self._max_attempts = affordable
+        self._capped_index = capped_index(self.base, self.factor, self.cap)
+        return self
+
+    # -- derived figures ------------------------------------------------------------------
+
+    def max_attempts(self) -> int:
+        """Retries the budget affords (computed once, in constant time).
+
+        The first call is free: a run makes at most ``max_attempts() + 1`` calls.
+        """
+        return self._max_attempts
+
+    def capped_index(self) -> int:
+        """Index of the first retry whose nominal delay is exactly ``cap``."""
+        return self._capped_index
+
+    def total_nominal(self) -> float:
+        """Sum of the nominal delays of every affordable retry (at most ``max_elapsed``)."""
+        return total_delay(self._max_attempts, self.base, self.factor, self.cap)
+
+    def nominal_delays(self) -> Iterator[float]:
+        """The nominal delay of each affordable retry, lazily (constant memory)."""
+        return backoff_delays(self.base, self.factor, self.cap, self._max_attempts)
+
+    def iter_waits(self, rng: random.Random | None = None) -> Iterator[float]:
+        """The concrete (jittered) waits of one run, lazily, drawing from ``rng``.
+
+        Exactly the sleeps a run of an always-failing function makes under
+        ``wait=self.wait(rng=rng), stop=self.stop()`` when each attempt takes
+        ``attempt_duration`` seconds: one wait per affordable retry, stopping early only if
+        float rounding would carry the running total past ``max_elapsed``.
+        """
+        total = 0.0
+        previous = 0.0
+        attempts = 1
+        limit, duration = self.max_elapsed, self.attempt_duration
+        for delay in self.nominal_delays():
+            wait = apply_jitter(self.jitter, delay, previous, self.base, rng)
+            if total + wait > limit or total + wait + (attempts + 1) * duration > limit:
+                return
+            total += wait
+            previous = wait
+            attempts += 1
+            yield wait
+
+    def waits(self, rng: random.Random | None = None) -> list[float]:
+        """The concrete (jittered) waits for each affordable retry, as a list.
+
+        Raises:
+            ValueError: when the budget affords more than ten million retries; walk
+                :meth:`iter_waits` instead of building such a list.
+        """
+        if self._max_attempts > _MAX_LISTED_WAITS:
+            raise ValueError(
+                f"this policy affords {self._max_attempts} retries, too many to list; "
+                "walk policy.iter_waits() instead"
+            )
+        return list(self.iter_waits(rng))
+
+    def schedule(self, seed: int | None = None, *, rng: random.Random | None = None) -> list[float]:
+        """The exact sleeps a run under ``self.wait(seed=seed)`` makes, for tests to assert.
+
+        With ``seed`` every run replays ``random.Random(seed)``; with ``rng`` the next run of
+        a strategy sharing that generator (which this call advances, as a run would).
+        """
+        if seed is not None and rng is not None:
+            raise ValueError("pass seed= or rng=, not both")
+        return self.waits(random.Random(seed) if seed is not None else rng)
+
+    # -- tenacity strategies --------------------------------------------------------------
+
+    def wait(
+        self,
+        *,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        retry_after: RetryAfter | None = None,
+    ) -> wait_budget:
+        """A tenacity wait strategy drawing this policy's jittered delays.
+
+        Args:
+            rng: one generator shared by every run; its stream continues across runs.
+            seed: every run draws from its own ``random.Random(seed)``, so each run sleeps
+                exactly ``self.waits(random.Random(seed))``.
+            retry_after: ``fn(exception) -> seconds | None``; a number replaces the backoff
+                delay of that retry (e.g. an HTTP ``Retry-After``). Pair with
+                :meth:`stop`, which ends the run instead of sleeping past the budget.
+        """
+        return wait_budget(self, rng=rng, seed=seed, retry_after=retry_after)
+
+    def stop(self, *, deadline: DeadlineSource | None = None) -> stop_budget:
+        """A tenacity stop strategy that stops before any retry the budget cannot afford.
+
+        Args:
+            deadline: an absolute, timezone-aware deadline, or a callable taking tenacity's
+                ``RetryCallState`` and returning one (to read each call's deadline from its
+                arguments). Defaults to the policy's ``deadline`` field.
+        """
+        return stop_budget(self, deadline=deadline)
+
+    def retry(
+        self,
+        *,
+        deadline: DeadlineSource | None = None,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        retry_after: RetryAfter | None = None,
+        on_exhausted: Callable[..., Any] | None = None,
+        stats: Any = None,
+        **tenacity_kwargs: Any,
+    ) -> BudgetedRetry:
+        """A decorator factory like ``tenacity.retry``, wired with this policy.
+
+        Wires ``wait=self.wait(...)`` and ``stop=self.stop(deadline=...)``, raises
+        :class:`~tenacity_budget.BudgetExhausted` when the budget is spent, and makes
+        :func:`~tenacity_budget.remaining` work inside every attempt. Works on sync and
+        async functions. See :class:`tenacity_budget.runtime.BudgetedRetry` for the options.
+        """
+        from .runtime import BudgetedRetry
+
+        return BudgetedRetry(
+            self,
+            deadline=deadline,
+            rng=rng,
+            seed=seed,
+            retry_after=retry_after,
+            on_exhausted=on_exhausted,
+            stats=stats,
+            tenacity_kwargs=tenacity_kwargs,
+        )
+
+    # -- construction helpers -------------------------------------------------------------
+
+    @classmethod
+    def for_deadline(
+        cls,
+        deadline: datetime,
+        *,
+        reserve: float = 0.5,
+        now: datetime | None = None,
+        **fields: Any,
+    ) -> Self:
+        """A policy whose budget is the window until ``deadline`` less a reserve.
+
+        ``max_elapsed`` becomes ``(deadline - now) * (1 - reserve)`` seconds, keeping the
+        ``reserve`` fraction of the window as headroom for the successful call and for
+        escalation (the design notes suggest half). The deadline itself is kept on the
+        policy, so every run also stops before a retry that would end after it.
+
+        Args:
+            deadline: the absolute, timezone-aware deadline.
+            reserve: fraction of the remaining window kept back, in ``[0, 1)``.
+            now: the current time (timezone-aware); defaults to the clock.
+            **fields: the other fields (``base``, ``cap``, ``jitter``, ...).
+
+        Raises:
+            ValueError: for a naive datetime, a reserve outside ``[0, 1)`` or a deadline
+                already past.
+            pydantic.ValidationError: when the remaining budget affords no retry.
+        """
+        check_aware(deadline)
+        if now is None:
+            now = datetime.now(UTC)
+        check_aware(now, "now")
+        if not 0.0 <= reserve < 1.0:
+            raise ValueError(f"reserve must be a fraction in [0, 1), got {reserve!r}")
+        if "max_elapsed" in fields or "deadline" in fields:
+            raise TypeError("for_deadline derives max_elapsed and deadline; do not pass them")
+        window = (deadline - now).total_seconds()
+        if window <= 0:
+            raise ValueError(
+                f"deadline {deadline.isoformat()} is already past (now {now.isoformat()}); "
+                "there is no budget left to retry in"
+            )
+        return cls(max_elapsed=window * (1.0 - reserve), deadline=deadline, **fields)

@@ -1,0 +1,261 @@
+"""The ``policy.retry()`` decorator and :func:`remaining`, the budget left inside an attempt.
+
+``policy.retry()`` is tenacity's own ``@retry`` wired with the policy's wait and stop, plus
+three things plain tenacity cannot give: :func:`remaining` inside each attempt (a
+per-run value kept in a context variable, so threads and asyncio tasks each see their own),
+:class:`~tenacity_budget.BudgetExhausted` with a report when the budget is spent, and
+observer hooks (``stats=``) for metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import random
+import time
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+
+import tenacity
+from tenacity import RetryCallState, RetryError
+
+from .exhaustion import BudgetExhausted, ExhaustionReport
+from .strategies import DeadlineSource, RetryAfter
+
+if TYPE_CHECKING:
+    from .policy import BackoffPolicy
+
+__all__ = ["BudgetedRetry", "RetryObserver", "remaining"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@runtime_checkable
+class RetryObserver(Protocol):
+    """What ``policy.retry(stats=...)`` calls as a run progresses (metrics, counters).
+
+    :class:`~tenacity_budget.RetryStats` and the Prometheus and OpenTelemetry adapters
+    implement it; so can any object with these four methods. They are called from the
+    thread (or task) running the function and must be cheap and thread-safe.
+    """
+
+    def on_call(self, name: str) -> None:
+        """A call of the decorated function began (its first attempt is about to run)."""
+
+    def on_retry(self, name: str, attempt: int, sleep: float) -> None:
+        """Attempt ``attempt`` failed and the run will sleep ``sleep`` seconds, then retry."""
+
+    def on_success(self, name: str, attempts: int) -> None:
+        """The call returned after ``attempts`` attempts (1: first try)."""
+
+    def on_exhausted(self, name: str, report: ExhaustionReport) -> None:
+        """The call gave up: its budget (or another stop) ended the run."""
+
+
+class _Run:
+    """The current run as :func:`remaining` and the observers see it."""
+
+    __slots__ = ("attempts", "end")
+
+    def __init__(self) -> None:
+        self.end: float | None = None
+        self.attempts = 0
+
+
+_CURRENT_RUN: ContextVar[_Run | None] = ContextVar("tenacity_budget_run", default=None)
+
+
+def remaining() -> float | None:
+    """Seconds left in the current budgeted run, or ``None`` outside one.
+
+    Inside an attempt of a function decorated with ``policy.retry()``, this is the time
+    until the earlier of the run's budget end (first attempt's start plus ``max_elapsed``)
+    and its deadline, never negative. It only decreases within a run (monotonic clock) and
+    is per run: each thread and each asyncio task sees its own. Typical use::
+
+        httpx.get(url, timeout=tenacity_budget.remaining())
+    """
+    run = _CURRENT_RUN.get()
+    if run is None or run.end is None:
+        return None
+    return max(0.0, run.end - time.monotonic())
+
+
+def _observers(stats: Any) -> tuple[RetryObserver, ...]:
+    if stats is None:
+        return ()
+    items = tuple(stats) if isinstance(stats, Sequence) else (stats,)
+    for item in items:
+        if not isinstance(item, RetryObserver):
+            raise TypeError(
+                "stats must be a RetryObserver (on_call, on_retry, on_success, on_exhausted), "
+                f"or a sequence of them; got {type(item).__name__}"
+            )
+    return items
+
+
+class BudgetedRetry:
+    """The decorator ``policy.retry(...)`` returns; apply it to a sync or async function.
+
+    Args:
+        policy: the budget.
+        deadline: as in :meth:`BackoffPolicy.stop`: an aware ``datetime`` or a callable of
+            the ``RetryCallState`` (read each call's deadline from its arguments).
+        rng, seed, retry_after: as in :meth:`BackoffPolicy.wait`.
+        on_exhausted: called with the :class:`ExhaustionReport` before the run's error is
+            raised: the hand-off point to a dead-letter queue. Whatever it raises propagates
+            (chained to the run's last exception), never swallowed.
+        stats: a :class:`RetryObserver` (e.g. :class:`~tenacity_budget.RetryStats`) or a
+            sequence of them.
+        tenacity_kwargs: any other ``tenacity.retry`` argument (``retry=``, ``before_sleep=``,
+            ``reraise=``, ``sleep=``, ...). A ``stop=`` is combined with the budget stop
+            (either ends the run); a ``wait=`` replaces the policy's wait, the budget stop
+            still guarding every sleep. ``retry_error_cls`` defaults to
+            :class:`BudgetExhausted`.
+    """
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        *,
+        deadline: DeadlineSource | None = None,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        retry_after: RetryAfter | None = None,
+        on_exhausted: Callable[[ExhaustionReport], Any] | None = None,
+        stats: Any = None,
+        tenacity_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        kwargs = dict(tenacity_kwargs or {})
+        if on_exhausted is not None and not callable(on_exhausted):
+            raise TypeError("on_exhausted must be a callable taking the ExhaustionReport")
+        self.policy = policy
+        self.on_exhausted = on_exhausted
+        self.observers = _observers(stats)
+        self.stop = policy.stop(deadline=deadline)
+        self._options: dict[str, Any] = {
+            "deadline": deadline,
+            "rng": rng,
+            "seed": seed,
+            "retry_after": retry_after,
+            "on_exhausted": on_exhausted,
+            "stats": stats,
+        }
+        self._tenacity_kwargs = dict(kwargs)
+        wait = kwargs.pop("wait", None) or policy.wait(rng=rng, seed=seed, retry_after=retry_after)
+        user_stop = kwargs.pop("stop", None)
+        stop = self.stop if user_stop is None else self.stop | user_stop
+        self._user_before = kwargs.pop("before", None)
+        self._user_before_sleep = kwargs.pop("before_sleep", None)
+        self._user_error_callback = kwargs.pop("retry_error_callback", None)
+        self._reraise = bool(kwargs.pop("reraise", False))
+        self._error_cls: type[RetryError] = kwargs.pop("retry_error_cls", BudgetExhausted)
+        self._retrying_kwargs: dict[str, Any] = {
+            **kwargs,
+            "wait": wait,
+            "stop": stop,
+            "before": self._before,
+            "before_sleep": self._before_sleep,
+            "retry_error_callback": self._give_up,
+        }
+
+    # -- tenacity hooks -------------------------------------------------------------------
+
+    def _before(self, retry_state: RetryCallState) -> None:
+        run = _CURRENT_RUN.get()
+        if run is not None:
+            if run.end is None:
+                run.end = self.stop.run_end(retry_state)
+            run.attempts = retry_state.attempt_number
+        if self._user_before is not None:
+            self._user_before(retry_state)
+
+    def _before_sleep(self, retry_state: RetryCallState) -> None:
+        if self.observers:
+            name = retry_state.get_fn_name()
+            for observer in self.observers:
+                observer.on_retry(name, retry_state.attempt_number, retry_state.upcoming_sleep)
+        if self._user_before_sleep is not None:
+            self._user_before_sleep(retry_state)
+
+    def _give_up(self, retry_state: RetryCallState) -> Any:
+        outcome = retry_state.outcome
+        assert outcome is not None
+        report = ExhaustionReport.from_attempt(outcome)
+        if self.observers:
+            name = retry_state.get_fn_name()
+            for observer in self.observers:
+                observer.on_exhausted(name, report)
+        if self.on_exhausted is not None:
+            self.on_exhausted(report)
+        if self._user_error_callback is not None:
+            return self._user_error_callback(retry_state)
+        if self._reraise and outcome.failed:
+            raise cast(BaseException, outcome.exception())
+        if issubclass(self._error_cls, BudgetExhausted):
+            error: RetryError = self._error_cls(outcome, report)
+        else:
+            error = self._error_cls(outcome)
+        raise error from outcome.exception()
+
+    # -- decoration -----------------------------------------------------------------------
+
+    def __call__(self, fn: F) -> F:
+        """Decorate ``fn`` (sync or async)."""
+        retrying_fn = tenacity.retry(**self._retrying_kwargs)(fn)
+        observers = self.observers
+        name = getattr(fn, "__qualname__", repr(fn))
+        wrapper: Callable[..., Any]
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                run = _Run()
+                token = _CURRENT_RUN.set(run)
+                try:
+                    for observer in observers:
+                        observer.on_call(name)
+                    result = await retrying_fn(*args, **kwargs)
+                    for observer in observers:
+                        observer.on_success(name, run.attempts)
+                    return result
+                finally:
+                    _CURRENT_RUN.reset(token)
+
+            wrapper = async_wrapper
+        else:
+
+            @functools.wraps(fn)
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                run = _Run()
+                token = _CURRENT_RUN.set(run)
+                try:
+                    for observer in observers:
+                        observer.on_call(name)
+                    result = retrying_fn(*args, **kwargs)
+                    for observer in observers:
+                        observer.on_success(name, run.attempts)
+                    return result
+                finally:
+                    _CURRENT_RUN.reset(token)
+
+            wrapper = sync_wrapper
+
+        wrapper.retry = retrying_fn.retry  # type: ignore[attr-defined]
+        wrapper.statistics = retrying_fn.statistics  # type: ignore[attr-defined]
+        wrapper.retry_with = functools.partial(self._retry_with, fn)  # type: ignore[attr-defined]
+        return cast(F, wrapper)
+
+    def _retry_with(self, fn: F, **changes: Any) -> F:
+        """``fn`` decorated again with some options changed (like tenacity's ``retry_with``)."""
+        options = {**self._options, **{k: v for k, v in changes.items() if k in self._options}}
+        tenacity_kwargs = {
+            **self._tenacity_kwargs,
+            **{k: v for k, v in changes.items() if k not in self._options},
+        }
+        policy = changes.pop("policy", self.policy)
+        options.pop("policy", None)
+        tenacity_kwargs.pop("policy", None)
+        return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)

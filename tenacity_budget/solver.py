@@ -1,0 +1,235 @@
+"""Pure math of budgeted exponential backoff: nominal delays and the budget solver.
+
+Nothing here is random and nothing here knows about tenacity or pydantic. The nominal
+delay before retry ``n`` (counting from 0) is::
+
+    d(n) = min(cap, base * factor**n)
+
+and the budget solver answers: how many retries does a time budget afford? It returns the
+largest ``n`` such that the first ``n`` nominal delays, plus ``n + 1`` attempts of
+``attempt_duration`` seconds each, fit in the budget::
+
+    S(n) + (n + 1) * attempt_duration <= budget,    S(n) = d(0) + ... + d(n - 1)
+
+The solver is closed-form. Let ``k`` be the number of delays below the cap. For ``n <= k``
+the sum is geometric, ``S(n) = base * (factor**n - 1) / (factor - 1)``, which inverts with a
+logarithm; past ``k`` every delay is exactly ``cap`` and the sum is linear, which inverts
+with one (exact, rational) division. Neither step loops over attempts, so a budget that
+affords ``10**300`` retries is answered as fast as one that affords three.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from fractions import Fraction
+
+__all__ = [
+    "backoff_delays",
+    "capped_index",
+    "compute_max_attempts",
+    "nominal_delay",
+    "total_delay",
+]
+
+# Bounded neighbour corrections after a float estimate. The estimates below are accurate to
+# well under one step except for absurd configurations (more than 2**53 delays below the
+# cap), where a "step" is below float resolution anyway; the bound keeps every call finite.
+_MAX_CORRECTIONS = 64
+_LOG_MAX = math.log(1.7976931348623157e308)
+
+
+def _check(base: float, factor: float, cap: float) -> None:
+    for name, value in (("base", base), ("factor", factor), ("cap", cap)):
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    if base <= 0:
+        raise ValueError(f"base must be > 0 seconds, got {base!r}")
+    if factor <= 1:
+        raise ValueError(f"factor must be > 1 (delays must grow), got {factor!r}")
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0 seconds, got {cap!r}")
+
+
+def _raw(base: float, factor: float, n: int) -> float:
+    """``base * factor**n`` in floats, ``inf`` instead of ``OverflowError``."""
+    try:
+        return base * factor**n
+    except OverflowError:
+        # factor**n alone overflows, but a tiny base may bring the product back in range.
+        log = math.log(base) + n * math.log(factor)
+        return math.inf if log >= _LOG_MAX else math.exp(log)
+
+
+def capped_index(base: float, factor: float, cap: float) -> int:
+    """Index of the first nominal delay that equals ``cap``.
+
+    That is the smallest ``k`` with ``base * factor**k >= cap``; delays ``0 .. k - 1`` grow
+    geometrically and every delay from ``k`` on is exactly ``cap``. Constant time.
+    """
+    _check(base, factor, cap)
+    if base >= cap:
+        return 0
+    # log(cap) - log(base), not log(cap / base): the ratio can overflow.
+    estimate = (math.log(cap) - math.log(base)) / math.log1p(factor - 1.0)
+    k = max(0, math.ceil(estimate))
+    for _ in range(_MAX_CORRECTIONS):
+        if k > 0 and _raw(base, factor, k - 1) >= cap:
+            k -= 1
+        elif _raw(base, factor, k) < cap:
+            k += 1
+        else:
+            break
+    return k
+
+
+def nominal_delay(n: int, base: float, factor: float, cap: float) -> float:
+    """The nominal (pre-jitter) delay before retry ``n`` (0-based): ``min(cap, base * factor**n)``.
+
+    Never raises ``OverflowError``: a power too large for a float is simply the cap.
+    """
+    if n < 0:
+        raise ValueError(f"retry index must be >= 0, got {n!r}")
+    return min(cap, _raw(base, factor, n))
+
+
+def backoff_delays(base: float, factor: float, cap: float, attempts: int) -> Iterator[float]:
+    """Yield the nominal delay before each of ``attempts`` retries, lazily.
+
+    The delay before retry ``n`` (``n = 0, 1, ...``) is ``min(cap, base * factor**n)``. Once a
+    delay reaches the cap every later one is exactly ``cap`` and no more powers are
+    computed, so this never raises ``OverflowError`` however many delays are asked for, and
+    it holds no list: walking a schedule of ``10**9`` retries costs constant memory.
+
+    Raises:
+        ValueError: for a non-finite or non-positive ``base``/``cap``, a ``factor <= 1``, or
+            a negative ``attempts`` (checked at the call, not at the first ``next()``).
+    """
+    _check(base, factor, cap)
+    if attempts < 0:
+        raise ValueError(f"attempts must be >= 0, got {attempts!r}")
+    return _delays(float(base), float(factor), float(cap), attempts)
+
+
+def _delays(base: float, factor: float, cap: float, attempts: int) -> Iterator[float]:
+    n = 0
+    while n < attempts:
+        delay = _raw(base, factor, n)
+        if delay >= cap:
+            break
+        yield delay
+        n += 1
+    for _ in range(attempts - n):
+        yield cap
+
+
+def _geometric_sum(base: float, factor: float, n: float) -> float:
+    """``base * (factor**n - 1) / (factor - 1)`` for real ``n >= 0``, accurate and overflow-safe."""
+    if n <= 0:
+        return 0.0
+    r = factor - 1.0
+    t = n * math.log1p(r)  # ln(factor**n)
+    if t < 1.0:
+        growth = math.expm1(t)  # no cancellation when factor**n is close to 1
+    elif t < _LOG_MAX - 1.0:
+        growth = math.pow(factor, n) - 1.0
+    else:
+        log = math.log(base) + t + math.log1p(-math.exp(-t)) - math.log(r)
+        return math.inf if log >= _LOG_MAX else math.exp(log)
+    return base * growth / r
+
+
+def total_delay(n: int, base: float, factor: float, cap: float) -> float:
+    """Sum of the first ``n`` nominal delays, ``S(n)``, in constant time."""
+    _check(base, factor, cap)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n!r}")
+    k = capped_index(base, factor, cap)
+    if n <= k:
+        return _geometric_sum(base, factor, n)
+    return _geometric_sum(base, factor, k) + (n - k) * cap
+
+
+def _uncapped_count(budget: float, base: float, factor: float, k: int, duration: float) -> int:
+    """Largest ``n <= k`` with ``S(n) + (n + 1) * duration <= budget`` (all ``n`` delays uncapped)."""
+    log_f = math.log1p(factor - 1.0)
+
+    def excess(n: float) -> float:
+        return _geometric_sum(base, factor, n) + (n + 1.0) * duration - budget
+
+    # Ignoring the attempts' own time gives an upper bound: invert the geometric sum.
+    room = budget - duration
+    if room <= 0.0:
+        return 0
+    log_y = math.log(room) + math.log(factor - 1.0) - math.log(base)
+    t = (math.log1p(math.exp(log_y)) if log_y < _LOG_MAX else log_y) / log_f
+    t = min(t, float(k))
+    if duration > 0.0:
+        # S(t) + (t + 1) * duration is convex and increasing in t, so Newton's method started
+        # to the right of the root walks monotonically down to it.
+        for _ in range(_MAX_CORRECTIONS):
+            h = excess(t)
+            if h <= 0.0:
+                break
+            log_growth = min(math.log(base) + t * log_f, _LOG_MAX - 1.0)
+            slope = math.exp(log_growth) * log_f / (factor - 1.0) + duration
+            step = h / slope
+            t = max(0.0, t - step)
+            if step < 0.25:
+                break
+    n = max(0, min(k, math.floor(t)))
+    for _ in range(_MAX_CORRECTIONS):
+        if n > 0 and excess(n) > 0.0:
+            n -= 1
+        elif n < k and excess(n + 1) <= 0.0:
+            n += 1
+        else:
+            break
+    return n
+
+
+def compute_max_attempts(
+    budget: float,
+    base: float,
+    factor: float,
+    cap: float,
+    attempt_duration: float = 0.0,
+) -> int:
+    """Largest number of retries whose total nominal delay fits within ``budget``.
+
+    Returns the largest ``n`` such that the first ``n`` nominal delays plus ``n + 1``
+    attempts of ``attempt_duration`` seconds fit::
+
+        S(n) + (n + 1) * attempt_duration <= budget
+
+    and 0 when ``budget <= 0`` (or when not even the first attempt fits). Constant time
+    whatever ``n`` is: the geometric part is inverted with a logarithm and the capped part
+    with one exact rational division. Exact whenever the partial sums are exactly
+    representable (``compute_max_attempts(63, 1, 2, 60) == 6``, since ``1+2+4+8+16+32 == 63``).
+
+    Example:
+        >>> compute_max_attempts(300, base=1, factor=2, cap=60)
+        9
+        >>> compute_max_attempts(15 * 86400, base=1, factor=2, cap=60)
+        21604
+
+    Raises:
+        ValueError: for a non-finite budget, a non-finite or negative ``attempt_duration``,
+            or bad delay parameters (see :func:`backoff_delays`).
+    """
+    _check(base, factor, cap)
+    if math.isnan(budget) or budget == math.inf:
+        raise ValueError(f"budget must be a finite number of seconds, got {budget!r}")
+    if not math.isfinite(attempt_duration) or attempt_duration < 0:
+        raise ValueError(f"attempt_duration must be a finite number >= 0, got {attempt_duration!r}")
+    budget, base, factor, cap = float(budget), float(base), float(factor), float(cap)
+    duration = float(attempt_duration)
+    if budget <= 0 or duration > budget:
+        return 0
+    k = capped_index(base, factor, cap)
+    s_k = _geometric_sum(base, factor, k)
+    left = -1 if s_k == math.inf else Fraction(budget) - Fraction(s_k) - (k + 1) * Fraction(duration)
+    if left < 0:
+        return _uncapped_count(budget, base, factor, k, duration)
+    # Every further retry costs exactly cap + duration: one exact division, no loop.
+    return k + int(left // (Fraction(cap) + Fraction(duration)))

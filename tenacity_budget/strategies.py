@@ -1,0 +1,333 @@
+"""Tenacity adapters: the wait and stop strategies a :class:`BackoffPolicy` hands out.
+
+:class:`wait_budget` and :class:`stop_budget` are ordinary tenacity strategies (subclasses
+of ``wait_base`` and ``stop_base``), so ``+``, ``|`` and ``&`` compose them with any other.
+Both keep what they must remember about a run (a seeded generator, the previous wait, the
+longest attempt so far) on tenacity's ``RetryCallState`` of that run, so one strategy
+object serves any number of concurrent runs, in threads or tasks, and nothing outlives a
+run.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TypeAlias
+
+from tenacity import RetryCallState
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
+
+from .exhaustion import STATE_ATTR, ExhaustionReport, StopReason
+from .jitter import apply_jitter
+from .solver import nominal_delay
+
+if TYPE_CHECKING:
+    from .policy import BackoffPolicy
+
+__all__ = ["DeadlineSource", "RetryAfter", "stop_budget", "wait_budget"]
+
+DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
+"""A timezone-aware deadline, or a callable reading one from the run's ``RetryCallState``."""
+
+RetryAfter: TypeAlias = Callable[[BaseException], float | None]
+"""Reads a server-dictated wait (seconds) from an exception, or ``None`` to back off."""
+
+# Zero-wait, bounded-attempt mode for test suites; set through tenacity_budget.testing.
+_testing_attempts: int | None = None
+
+
+def set_testing_attempts(attempts: int | None) -> None:
+    """Switch every budgeted strategy to zero-wait mode with ``attempts`` calls (``None``: off).
+
+    Prefer :func:`tenacity_budget.testing.set_testing`, which documents this switch.
+    """
+    global _testing_attempts
+    if attempts is not None and attempts < 1:
+        raise ValueError(f"testing mode needs attempts >= 1, got {attempts!r}")
+    _testing_attempts = attempts
+
+
+def testing_attempts() -> int | None:
+    """The attempt bound of the testing mode, or ``None`` when it is off."""
+    return _testing_attempts
+
+
+def check_aware(deadline: datetime, what: str = "deadline") -> datetime:
+    """Return ``deadline`` if it is timezone-aware, else raise a ``ValueError`` saying why."""
+    if not isinstance(deadline, datetime):
+        raise TypeError(f"{what} must be a timezone-aware datetime, got {type(deadline).__name__}")
+    if deadline.tzinfo is None or deadline.utcoffset() is None:
+        raise ValueError(
+            f"{what} must be timezone-aware, got the naive datetime {deadline.isoformat()}: "
+            "a naive time is ambiguous; pass e.g. datetime(..., tzinfo=timezone.utc)"
+        )
+    return deadline
+
+
+class _WaitRun:
+    """What one run of a wait_budget remembers: its own generator and the previous wait."""
+
+    __slots__ = ("previous", "rng")
+
+    def __init__(self, rng: random.Random | None) -> None:
+        self.rng = rng
+        self.previous = 0.0
+
+
+class wait_budget(wait_base):
+    """Wait the policy's jittered, capped exponential delay before each retry.
+
+    Build it with :meth:`BackoffPolicy.wait`. The wait before retry ``n`` (``n = 0`` after
+    the first failed attempt) is the jittered nominal delay ``min(cap, base * factor**n)``,
+    never more than that nominal delay.
+
+    Args:
+        policy: the policy whose delays to wait.
+        rng: a shared generator; its stream continues across runs.
+        seed: each run draws from its own ``random.Random(seed)``, so every run of the
+            decorated function sleeps exactly ``policy.waits(random.Random(seed))``.
+        retry_after: reads a server-dictated wait from the failed attempt's exception (an
+            HTTP ``Retry-After``, say); a number replaces the backoff delay of that retry,
+            ``None`` keeps it. The budget stop still guards it: a wait that would cross the
+            budget or the deadline ends the run instead of being slept.
+    """
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        *,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        retry_after: RetryAfter | None = None,
+    ) -> None:
+        if rng is not None and seed is not None:
+            raise ValueError("pass rng= (one shared generator) or seed= (one per run), not both")
+        if rng is not None and not isinstance(rng, random.Random):
+            raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        if retry_after is not None and not callable(retry_after):
+            raise TypeError("retry_after must be a callable taking the exception")
+        self.policy = policy
+        self.rng = rng
+        self.seed = seed
+        self.retry_after = retry_after
+        self._base = policy.base
+        self._factor = policy.factor
+        self._cap = policy.cap
+        self._capped_from = policy.capped_index()
+        self._mode = policy.jitter
+        # Per-run state is needed only for a per-run generator or the decorrelated chain.
+        self._stateful = seed is not None or policy.jitter == "decorrelated"
+        self._key = f"_tenacity_budget_wait_{id(self)}"
+
+    def __repr__(self) -> str:
+        return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
+
+    def nominal(self, retry_index: int) -> float:
+        """The nominal delay before retry ``retry_index`` (0-based)."""
+        if retry_index >= self._capped_from:
+            return self._cap
+        return nominal_delay(retry_index, self._base, self._factor, self._cap)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        if _testing_attempts is not None:
+            return 0.0
+        if self.retry_after is not None:
+            dictated = self._dictated(retry_state)
+            if dictated is not None:
+                if self._stateful:
+                    self._run(retry_state).previous = dictated
+                return dictated
+        delay = self.nominal(retry_state.attempt_number - 1)
+        if self._mode == "none":
+            return delay
+        if not self._stateful:
+            return apply_jitter(self._mode, delay, 0.0, self._base, self.rng)
+        run = self._run(retry_state)
+        wait = apply_jitter(self._mode, delay, run.previous, self._base, run.rng)
+        run.previous = wait
+        return wait
+
+    def _run(self, retry_state: RetryCallState) -> _WaitRun:
+        state = retry_state.__dict__
+        run: _WaitRun | None = state.get(self._key)
+        if run is None:
+            rng = random.Random(self.seed) if self.seed is not None else self.rng
+            run = state[self._key] = _WaitRun(rng)
+        return run
+
+    def _dictated(self, retry_state: RetryCallState) -> float | None:
+        assert self.retry_after is not None
+        outcome = retry_state.outcome
+        if outcome is None or not outcome.failed:
+            return None
+        exc = outcome.exception()
+        assert exc is not None
+        value = self.retry_after(exc)
+        if value is None:
+            return None
+        seconds = float(value)
+        if math.isnan(seconds):
+            return None
+        return max(0.0, seconds)
+
+
+class _StopRun:
+    """What one run of a stop_budget remembers, and the figures of its last decision."""
+
+    __slots__ = (
+        "affordable",
+        "attempts",
+        "budget",
+        "deadline",
+        "deadline_at",
+        "elapsed",
+        "last_end",
+        "last_sleep",
+        "longest",
+        "reason",
+        "slept",
+    )
+
+    def __init__(self, budget: float, affordable: int, deadline: datetime | None) -> None:
+        self.budget = budget
+        self.affordable = affordable
+        self.deadline = deadline
+        # The deadline on the monotonic clock, fixed once per run, so wall-clock steps
+        # (NTP, DST) cannot stretch a run, and remaining() only ever decreases.
+        self.deadline_at = math.inf
+        if deadline is not None:
+            left = (deadline - datetime.now(UTC)).total_seconds()
+            self.deadline_at = time.monotonic() + left
+        self.last_end: float | None = None
+        self.last_sleep = 0.0
+        self.longest = 0.0
+        self.attempts = 0
+        self.slept = 0.0
+        self.elapsed = 0.0
+        self.reason = StopReason.OTHER
+
+    def report(self, last_exception: BaseException | None) -> ExhaustionReport:
+        return ExhaustionReport(
+            attempts=self.attempts,
+            affordable=self.affordable,
+            slept=self.slept,
+            elapsed=self.elapsed,
+            budget=self.budget,
+            deadline=self.deadline,
+            reason=self.reason,
+            last_exception=last_exception,
+        )
+
+
+class stop_budget(stop_base):
+    """Stop before a retry the budget cannot afford.
+
+    Build it with :meth:`BackoffPolicy.stop`. Before each retry it stops the run when any
+    of these holds, checked in this order (the first is the report's ``reason``):
+
+    1. ``count``: the run has made every retry the budget affords (``max_attempts()``);
+    2. ``sleep_budget``: total slept plus the upcoming sleep would exceed ``max_elapsed``
+       (this also bounds composed waits such as ``policy.wait() + wait_fixed(1)``);
+    3. ``wall_clock``: time since the first attempt began, plus the upcoming sleep, plus the
+       estimated next attempt would exceed ``max_elapsed``;
+    4. ``deadline``: now plus the upcoming sleep plus the estimated next attempt would be
+       after the deadline.
+
+    The next attempt is estimated as the larger of the policy's ``attempt_duration`` and
+    the longest attempt seen so far in this run (monotonic clock).
+
+    Args:
+        policy: the policy whose budget to enforce.
+        deadline: a timezone-aware ``datetime``, or a callable taking the run's
+            ``RetryCallState`` and returning one (read once, at the run's first decision);
+            defaults to the policy's own ``deadline``.
+    """
+
+    def __init__(self, policy: BackoffPolicy, *, deadline: DeadlineSource | None = None) -> None:
+        if deadline is None:
+            deadline = policy.deadline
+        if isinstance(deadline, datetime):
+            check_aware(deadline)
+        elif deadline is not None and not callable(deadline):
+            raise TypeError(
+                "deadline must be a timezone-aware datetime or a callable taking the "
+                f"RetryCallState and returning one, got {type(deadline).__name__}"
+            )
+        self.policy = policy
+        self.deadline = deadline
+        self._max_attempts = policy.max_attempts()
+        self._max_elapsed = policy.max_elapsed
+        self._duration = policy.attempt_duration
+        self._key = f"_tenacity_budget_stop_{id(self)}"
+
+    def __repr__(self) -> str:
+        return f"<stop_budget {self.policy!r} deadline={self.deadline!r}>"
+
+    def run_state(self, retry_state: RetryCallState) -> _StopRun:
+        """This run's record, created (and its deadline resolved) on first use."""
+        state = retry_state.__dict__
+        run: _StopRun | None = state.get(self._key)
+        if run is None:
+            deadline = self.deadline
+            if deadline is not None and not isinstance(deadline, datetime):
+                deadline = check_aware(deadline(retry_state), "the deadline callable's result")
+            run = state[self._key] = _StopRun(self._max_elapsed, self._max_attempts, deadline)
+        return run
+
+    def run_end(self, retry_state: RetryCallState) -> float:
+        """The monotonic instant this run's budget or deadline ends, whichever is first."""
+        run = self.run_state(retry_state)
+        return min(retry_state.start_time + self._max_elapsed, run.deadline_at)
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        run = self.run_state(retry_state)
+        now = time.monotonic()
+        end = retry_state.outcome_timestamp
+        if end is None:
+            end = now
+        # This attempt's duration. After a sleep the attempt began no earlier than the end of
+        # the previous one plus the sleep, so this over-estimates, never under-estimates.
+        if run.last_end is None:
+            took = end - retry_state.start_time
+        else:
+            took = end - run.last_end - run.last_sleep
+        if took > run.longest:
+            run.longest = took
+        sleep = retry_state.upcoming_sleep
+        attempt = retry_state.attempt_number
+        run.last_end = end
+        run.last_sleep = sleep
+        run.attempts = attempt
+        run.slept = retry_state.idle_for
+        run.elapsed = now - retry_state.start_time
+        outcome = retry_state.outcome
+        if outcome is not None:
+            setattr(outcome, STATE_ATTR, run)
+
+        reason = self._reason(run, attempt, retry_state.idle_for + sleep, now, sleep)
+        if reason is None:
+            return False
+        run.reason = reason
+        return True
+
+    def _reason(
+        self, run: _StopRun, attempt: int, slept_after: float, now: float, sleep: float
+    ) -> StopReason | None:
+        if _testing_attempts is not None:
+            return StopReason.COUNT if attempt >= _testing_attempts else None
+        if attempt > self._max_attempts:
+            return StopReason.COUNT
+        if slept_after > self._max_elapsed:
+            return StopReason.SLEEP_BUDGET
+        need = sleep + max(self._duration, run.longest)
+        if run.elapsed + need > self._max_elapsed:
+            return StopReason.WALL_CLOCK
+        if now + need > run.deadline_at:
+            return StopReason.DEADLINE
+        return None
