@@ -19,13 +19,14 @@ from .policy import BackoffPolicy
 from .runtime import BudgetedRetry, RetryObserver, remaining
 from .solver import backoff_delays, capped_index, compute_max_attempts, nominal_delay, total_delay
 from .stats import RetryStats, RetryStatsSnapshot
-from .strategies import stop_budget, wait_budget
+from .strategies import BudgetState, budget_state, stop_budget, wait_budget
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackoffPolicy",
     "BudgetExhausted",
+    "BudgetState",
     "BudgetedRetry",
     "ExhaustionReport",
     "JitterMode",
@@ -36,6 +37,7 @@ __all__ = [
     "__version__",
     "apply_jitter",
     "backoff_delays",
+    "budget_state",
     "capped_index",
     "compute_max_attempts",
     "decorrelated_jitter",

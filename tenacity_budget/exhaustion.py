@@ -25,7 +25,7 @@ __all__ = ["BudgetExhausted", "ExhaustionReport", "StopReason"]
 STATE_ATTR = "_tenacity_budget_state"
 
 
-class StopReason(str, enum.Enum):
+class StopReason(enum.StrEnum):
     """Why a budgeted run stopped retrying."""
 
     COUNT = "count"

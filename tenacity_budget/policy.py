@@ -62,7 +62,7 @@ class BackoffPolicy(BaseModel):
     attempt_duration: Seconds = Field(
         default=0.0,
         ge=0,
-        description="Seconds one attempt is expected to take at most (>= 0); counted in the budget.",
+        description="Seconds one attempt takes at most (>= 0); counted in the budget.",
     )
     deadline: AwareDatetime | None = Field(
         default=None,

@@ -243,9 +243,10 @@ class BudgetedRetry:
 
             wrapper = sync_wrapper
 
-        wrapper.retry = retrying_fn.retry  # type: ignore[attr-defined]
-        wrapper.statistics = retrying_fn.statistics  # type: ignore[attr-defined]
-        wrapper.retry_with = functools.partial(self._retry_with, fn)  # type: ignore[attr-defined]
+        attrs: Any = wrapper
+        attrs.retry = retrying_fn.retry
+        attrs.statistics = retrying_fn.statistics
+        attrs.retry_with = functools.partial(self._retry_with, fn)
         return cast(F, wrapper)
 
     def _retry_with(self, fn: F, **changes: Any) -> F:

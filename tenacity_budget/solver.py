@@ -151,7 +151,7 @@ def total_delay(n: int, base: float, factor: float, cap: float) -> float:
 
 
 def _uncapped_count(budget: float, base: float, factor: float, k: int, duration: float) -> int:
-    """Largest ``n <= k`` with ``S(n) + (n + 1) * duration <= budget`` (all ``n`` delays uncapped)."""
+    """Largest ``n <= k`` with ``S(n) + (n + 1) * duration <= budget`` (no delay capped)."""
     log_f = math.log1p(factor - 1.0)
 
     def excess(n: float) -> float:
@@ -228,7 +228,9 @@ def compute_max_attempts(
         return 0
     k = capped_index(base, factor, cap)
     s_k = _geometric_sum(base, factor, k)
-    left = -1 if s_k == math.inf else Fraction(budget) - Fraction(s_k) - (k + 1) * Fraction(duration)
+    if s_k == math.inf:
+        return _uncapped_count(budget, base, factor, k, duration)
+    left = Fraction(budget) - Fraction(s_k) - (k + 1) * Fraction(duration)
     if left < 0:
         return _uncapped_count(budget, base, factor, k, duration)
     # Every further retry costs exactly cap + duration: one exact division, no loop.

@@ -14,6 +14,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -28,7 +29,14 @@ from .solver import nominal_delay
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
 
-__all__ = ["DeadlineSource", "RetryAfter", "stop_budget", "wait_budget"]
+__all__ = [
+    "BudgetState",
+    "DeadlineSource",
+    "RetryAfter",
+    "budget_state",
+    "stop_budget",
+    "wait_budget",
+]
 
 DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 """A timezone-aware deadline, or a callable reading one from the run's ``RetryCallState``."""
@@ -177,6 +185,61 @@ class wait_budget(wait_base):
         return max(0.0, seconds)
 
 
+# Where the latest stop_budget decision of a run is left for hooks (logging, breakers).
+_LATEST = "_tenacity_budget_run"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """How a run stands against its budget at the latest ``stop_budget`` decision.
+
+    Attributes:
+        attempt: calls made so far (tenacity's ``attempt_number``).
+        affordable: retries the budget affords in all (``max_attempts()``).
+        retries_left: retries still affordable after the upcoming one is made.
+        budget: the policy's ``max_elapsed``.
+        elapsed: seconds since the first attempt began.
+        slept: seconds slept so far (before the upcoming sleep).
+        upcoming_sleep: the sleep about to be taken.
+        deadline: the run's absolute deadline, if any.
+    """
+
+    attempt: int
+    affordable: int
+    retries_left: int
+    budget: float
+    elapsed: float
+    slept: float
+    upcoming_sleep: float
+    deadline: datetime | None
+
+    @property
+    def budget_left(self) -> float:
+        """Seconds of budget left after the upcoming sleep (never negative)."""
+        return max(0.0, self.budget - self.elapsed - self.upcoming_sleep)
+
+
+def budget_state(retry_state: RetryCallState) -> BudgetState | None:
+    """The run's standing at its latest budget decision, or ``None`` without a budget stop.
+
+    Meant for ``before_sleep`` and ``after`` hooks: tenacity asks the stop before it sleeps,
+    so in ``before_sleep`` this describes the retry about to be made.
+    """
+    run: _StopRun | None = retry_state.__dict__.get(_LATEST)
+    if run is None:
+        return None
+    return BudgetState(
+        attempt=run.attempts,
+        affordable=run.affordable,
+        retries_left=max(0, run.affordable - run.attempts),
+        budget=run.budget,
+        elapsed=run.elapsed,
+        slept=run.slept,
+        upcoming_sleep=run.last_sleep,
+        deadline=run.deadline,
+    )
+
+
 class _StopRun:
     """What one run of a stop_budget remembers, and the figures of its last decision."""
 
@@ -278,6 +341,7 @@ class stop_budget(stop_base):
             if deadline is not None and not isinstance(deadline, datetime):
                 deadline = check_aware(deadline(retry_state), "the deadline callable's result")
             run = state[self._key] = _StopRun(self._max_elapsed, self._max_attempts, deadline)
+            state[_LATEST] = run
         return run
 
     def run_end(self, retry_state: RetryCallState) -> float:
