@@ -15,6 +15,7 @@ validated model), :mod:`~tenacity_budget.strategies` (the tenacity adapters).
 
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .jitter import JitterMode, apply_jitter, decorrelated_jitter, equal_jitter, full_jitter
+from .logs import log_retry
 from .policy import BackoffPolicy
 from .runtime import BudgetedRetry, RetryObserver, remaining
 from .solver import backoff_delays, capped_index, compute_max_attempts, nominal_delay, total_delay
@@ -43,6 +44,7 @@ __all__ = [
     "decorrelated_jitter",
     "equal_jitter",
     "full_jitter",
+    "log_retry",
     "nominal_delay",
     "remaining",
     "stop_budget",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 
 import tenacity
 from tenacity import RetryCallState, RetryError
+from tenacity._utils import get_callback_name
 
 from .exhaustion import BudgetExhausted, ExhaustionReport
 from .strategies import DeadlineSource, RetryAfter
@@ -56,10 +58,12 @@ class RetryObserver(Protocol):
 class _Run:
     """The current run as :func:`remaining` and the observers see it."""
 
-    __slots__ = ("attempts", "end")
+    __slots__ = ("attempts", "budget_end", "deadline_ts", "last")
 
     def __init__(self) -> None:
-        self.end: float | None = None
+        self.budget_end: float | None = None  # monotonic
+        self.deadline_ts = math.inf  # epoch seconds
+        self.last = math.inf  # the smallest value remaining() has returned
         self.attempts = 0
 
 
@@ -77,9 +81,15 @@ def remaining() -> float | None:
         httpx.get(url, timeout=tenacity_budget.remaining())
     """
     run = _CURRENT_RUN.get()
-    if run is None or run.end is None:
+    if run is None or run.budget_end is None:
         return None
-    return max(0.0, run.end - time.monotonic())
+    left = run.budget_end - time.monotonic()
+    if run.deadline_ts != math.inf:
+        left = min(left, run.deadline_ts - time.time())
+    # Never more than before: a wall clock stepped back must not hand out extra time.
+    left = min(max(0.0, left), run.last)
+    run.last = left
+    return left
 
 
 def _observers(stats: Any) -> tuple[RetryObserver, ...]:
@@ -165,8 +175,9 @@ class BudgetedRetry:
     def _before(self, retry_state: RetryCallState) -> None:
         run = _CURRENT_RUN.get()
         if run is not None:
-            if run.end is None:
-                run.end = self.stop.run_end(retry_state)
+            if run.budget_end is None:
+                run.budget_end = time.monotonic() + self.policy.max_elapsed
+                run.deadline_ts = self.stop.run_state(retry_state).deadline_ts
             run.attempts = retry_state.attempt_number
         if self._user_before is not None:
             self._user_before(retry_state)
@@ -203,12 +214,20 @@ class BudgetedRetry:
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` (sync or async)."""
-        retrying_fn = tenacity.retry(**self._retrying_kwargs)(fn)
+        # One controller, copied per call: tenacity's own @retry shares one statistics dict
+        # between concurrent calls of a function and crashes with KeyError when threads
+        # race on it (jd/tenacity#701). A copy per call keeps each run's state its own.
+        is_async = inspect.iscoroutinefunction(fn)
+        controller: tenacity.BaseRetrying = (
+            tenacity.AsyncRetrying(**self._retrying_kwargs)
+            if is_async
+            else tenacity.Retrying(**self._retrying_kwargs)
+        )
         observers = self.observers
-        name = getattr(fn, "__qualname__", repr(fn))
+        name = get_callback_name(fn)
         wrapper: Callable[..., Any]
 
-        if inspect.iscoroutinefunction(fn):
+        if is_async:
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -217,7 +236,9 @@ class BudgetedRetry:
                 try:
                     for observer in observers:
                         observer.on_call(name)
-                    result = await retrying_fn(*args, **kwargs)
+                    retrying = controller.copy()
+                    attrs.statistics = retrying.statistics
+                    result = await retrying(fn, *args, **kwargs)
                     for observer in observers:
                         observer.on_success(name, run.attempts)
                     return result
@@ -234,7 +255,9 @@ class BudgetedRetry:
                 try:
                     for observer in observers:
                         observer.on_call(name)
-                    result = retrying_fn(*args, **kwargs)
+                    retrying = controller.copy()
+                    attrs.statistics = retrying.statistics
+                    result = retrying(fn, *args, **kwargs)
                     for observer in observers:
                         observer.on_success(name, run.attempts)
                     return result
@@ -244,8 +267,8 @@ class BudgetedRetry:
             wrapper = sync_wrapper
 
         attrs: Any = wrapper
-        attrs.retry = retrying_fn.retry
-        attrs.statistics = retrying_fn.statistics
+        attrs.retry = controller
+        attrs.statistics = {}
         attrs.retry_with = functools.partial(self._retry_with, fn)
         return cast(F, wrapper)
 

@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, TypeAlias
 
 from tenacity import RetryCallState
@@ -62,6 +62,9 @@ def set_testing_attempts(attempts: int | None) -> None:
 def testing_attempts() -> int | None:
     """The attempt bound of the testing mode, or ``None`` when it is off."""
     return _testing_attempts
+
+
+testing_attempts.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 def check_aware(deadline: datetime, what: str = "deadline") -> datetime:
@@ -248,7 +251,7 @@ class _StopRun:
         "attempts",
         "budget",
         "deadline",
-        "deadline_at",
+        "deadline_ts",
         "elapsed",
         "last_end",
         "last_sleep",
@@ -261,12 +264,9 @@ class _StopRun:
         self.budget = budget
         self.affordable = affordable
         self.deadline = deadline
-        # The deadline on the monotonic clock, fixed once per run, so wall-clock steps
-        # (NTP, DST) cannot stretch a run, and remaining() only ever decreases.
-        self.deadline_at = math.inf
-        if deadline is not None:
-            left = (deadline - datetime.now(UTC)).total_seconds()
-            self.deadline_at = time.monotonic() + left
+        # An absolute instant is a wall-clock matter: compare it with time.time() (epoch
+        # seconds, cheaper than building datetimes on every decision).
+        self.deadline_ts = math.inf if deadline is None else deadline.timestamp()
         self.last_end: float | None = None
         self.last_sleep = 0.0
         self.longest = 0.0
@@ -297,13 +297,14 @@ class stop_budget(stop_base):
     1. ``count``: the run has made every retry the budget affords (``max_attempts()``);
     2. ``sleep_budget``: total slept plus the upcoming sleep would exceed ``max_elapsed``
        (this also bounds composed waits such as ``policy.wait() + wait_fixed(1)``);
-    3. ``wall_clock``: time since the first attempt began, plus the upcoming sleep, plus the
-       estimated next attempt would exceed ``max_elapsed``;
+    3. ``wall_clock``: time from the start of the first attempt to the end of the last one,
+       plus the upcoming sleep, plus the estimated next attempt would exceed ``max_elapsed``
+       (monotonic clock);
     4. ``deadline``: now plus the upcoming sleep plus the estimated next attempt would be
-       after the deadline.
+       after the deadline (wall clock, as the deadline is an absolute instant).
 
     The next attempt is estimated as the larger of the policy's ``attempt_duration`` and
-    the longest attempt seen so far in this run (monotonic clock).
+    the longest attempt seen so far in this run.
 
     Args:
         policy: the policy whose budget to enforce.
@@ -344,17 +345,13 @@ class stop_budget(stop_base):
             state[_LATEST] = run
         return run
 
-    def run_end(self, retry_state: RetryCallState) -> float:
-        """The monotonic instant this run's budget or deadline ends, whichever is first."""
-        run = self.run_state(retry_state)
-        return min(retry_state.start_time + self._max_elapsed, run.deadline_at)
-
     def __call__(self, retry_state: RetryCallState) -> bool:
         run = self.run_state(retry_state)
-        now = time.monotonic()
+        # Every duration here is a difference of tenacity's own monotonic readings (attempt
+        # ends and the run's start), so they share one clock whatever patches time in tests.
         end = retry_state.outcome_timestamp
         if end is None:
-            end = now
+            end = time.monotonic()
         # This attempt's duration. After a sleep the attempt began no earlier than the end of
         # the previous one plus the sleep, so this over-estimates, never under-estimates.
         if run.last_end is None:
@@ -369,19 +366,26 @@ class stop_budget(stop_base):
         run.last_sleep = sleep
         run.attempts = attempt
         run.slept = retry_state.idle_for
-        run.elapsed = now - retry_state.start_time
+        run.elapsed = end - retry_state.start_time
         outcome = retry_state.outcome
         if outcome is not None:
             setattr(outcome, STATE_ATTR, run)
+        # tenacity's @retry shares one statistics dict between concurrent calls of a function
+        # and another thread's begin() may have just cleared it, so the `+=` tenacity does
+        # right after this stop would raise KeyError (jd/tenacity#701). Put the keys back.
+        stats = retry_state.retry_object.statistics
+        if "idle_for" not in stats or "attempt_number" not in stats:
+            stats.setdefault("idle_for", retry_state.idle_for)
+            stats.setdefault("attempt_number", attempt)
 
-        reason = self._reason(run, attempt, retry_state.idle_for + sleep, now, sleep)
+        reason = self._reason(run, attempt, retry_state.idle_for + sleep, sleep)
         if reason is None:
             return False
         run.reason = reason
         return True
 
     def _reason(
-        self, run: _StopRun, attempt: int, slept_after: float, now: float, sleep: float
+        self, run: _StopRun, attempt: int, slept_after: float, sleep: float
     ) -> StopReason | None:
         if _testing_attempts is not None:
             return StopReason.COUNT if attempt >= _testing_attempts else None
@@ -392,6 +396,6 @@ class stop_budget(stop_base):
         need = sleep + max(self._duration, run.longest)
         if run.elapsed + need > self._max_elapsed:
             return StopReason.WALL_CLOCK
-        if now + need > run.deadline_at:
+        if run.deadline_ts != math.inf and time.time() + need > run.deadline_ts:
             return StopReason.DEADLINE
         return None

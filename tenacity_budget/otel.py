@@ -1,0 +1,167 @@
+"""OpenTelemetry metrics for budgeted retries (extra ``tenacity-budget[otel]``).
+
+:class:`OpenTelemetryObserver` is a :class:`~tenacity_budget.RetryObserver` recording on an
+OpenTelemetry ``Meter`` (by default ``metrics.get_meter("tenacity_budget")``, i.e. the
+global meter provider the application configures)::
+
+    from tenacity_budget.otel import OpenTelemetryObserver
+
+    @policy.retry(stats=OpenTelemetryObserver())
+    def fetch(): ...
+
+Instruments, with the default prefix ``tenacity_budget`` (every data point carries the
+attribute ``function``, the decorated function's name):
+
+========================================== ============ ======================================
+``tenacity_budget.calls``                  counter      calls begun
+``tenacity_budget.retries``                counter      retries made (sleeps taken)
+``tenacity_budget.first_try_successes``    counter      calls that returned on the first attempt
+``tenacity_budget.successes_after_retry``  counter      calls that returned after a retry
+``tenacity_budget.exhausted``              counter      calls that gave up; attribute ``reason``
+                                                        is the :class:`~tenacity_budget.StopReason`
+``tenacity_budget.sleep``                  histogram    seconds slept before each retry (unit s)
+========================================== ============ ======================================
+
+Only ``opentelemetry-api`` (1.30 or later, for the bucket advisory) is needed here;
+exporting is the application's SDK setup. Importing this module needs it;
+``import tenacity_budget`` does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+try:
+    from opentelemetry import metrics
+except ImportError as exc:
+    raise ImportError(
+        "tenacity_budget.otel needs opentelemetry-api; install it with "
+        "`pip install 'tenacity-budget[otel]'`"
+    ) from exc
+
+from .exhaustion import ExhaustionReport
+
+__all__ = [
+    "DEFAULT_SLEEP_BOUNDARIES",
+    "FUNCTION_ATTRIBUTE",
+    "METER_NAME",
+    "REASON_ATTRIBUTE",
+    "OpenTelemetryObserver",
+]
+
+METER_NAME = "tenacity_budget"
+"""The instrumentation scope of the default meter."""
+
+FUNCTION_ATTRIBUTE = "function"
+"""The attribute carrying the decorated function's name on every data point."""
+
+REASON_ATTRIBUTE = "reason"
+"""The attribute carrying the stop reason (a ``StopReason`` value) on ``exhausted``."""
+
+DEFAULT_SLEEP_BOUNDARIES: tuple[float, ...] = (
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+"""Advised bucket boundaries (seconds) for the sleep histogram."""
+
+
+class OpenTelemetryObserver:
+    """A :class:`~tenacity_budget.RetryObserver` recording retries as OpenTelemetry metrics.
+
+    Args:
+        meter: the ``Meter`` to create the instruments on; defaults to
+            ``metrics.get_meter("tenacity_budget")`` from the global provider (instruments
+            made before the application installs its provider follow it once installed).
+        prefix: the instrument-name prefix (``"<prefix>.calls"``, ...).
+        sleep_boundaries: bucket boundaries advised for the sleep histogram (the SDK's
+            defaults are meant for milliseconds); ``None`` leaves the SDK's choice. Views
+            configured in the SDK take precedence.
+
+    Instruments are thread-safe; share one observer between decorated functions.
+    """
+
+    def __init__(
+        self,
+        meter: metrics.Meter | None = None,
+        *,
+        prefix: str = METER_NAME,
+        sleep_boundaries: Sequence[float] | None = DEFAULT_SLEEP_BOUNDARIES,
+    ) -> None:
+        if meter is None:
+            meter = metrics.get_meter(METER_NAME)
+        self.meter = meter
+        self.prefix = prefix
+        self.calls = meter.create_counter(
+            f"{prefix}.calls", unit="{call}", description="Calls of retried functions begun."
+        )
+        self.retries = meter.create_counter(
+            f"{prefix}.retries",
+            unit="{retry}",
+            description="Retries made (sleeps taken before a new attempt).",
+        )
+        self.first_try_successes = meter.create_counter(
+            f"{prefix}.first_try_successes",
+            unit="{call}",
+            description="Calls that returned on their first attempt.",
+        )
+        self.successes_after_retry = meter.create_counter(
+            f"{prefix}.successes_after_retry",
+            unit="{call}",
+            description="Calls that returned after at least one retry.",
+        )
+        self.exhausted = meter.create_counter(
+            f"{prefix}.exhausted",
+            unit="{call}",
+            description="Calls that gave up, by the reason the run stopped.",
+        )
+        self.sleep = self._histogram(
+            meter, f"{prefix}.sleep", "Seconds slept before each retry.", sleep_boundaries
+        )
+
+    @staticmethod
+    def _histogram(
+        meter: metrics.Meter, name: str, description: str, boundaries: Sequence[float] | None
+    ) -> metrics.Histogram:
+        if boundaries is None:
+            return meter.create_histogram(name, unit="s", description=description)
+        return meter.create_histogram(
+            name,
+            unit="s",
+            description=description,
+            explicit_bucket_boundaries_advisory=list(boundaries),
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenTelemetryObserver(prefix={self.prefix!r})"
+
+    # RetryObserver ----------------------------------------------------------------------
+
+    def on_call(self, name: str) -> None:
+        """Count a call begun."""
+        self.calls.add(1, {FUNCTION_ATTRIBUTE: name})
+
+    def on_retry(self, name: str, attempt: int, sleep: float) -> None:
+        """Count a retry and record its sleep."""
+        attributes = {FUNCTION_ATTRIBUTE: name}
+        self.retries.add(1, attributes)
+        self.sleep.record(sleep, attributes)
+
+    def on_success(self, name: str, attempts: int) -> None:
+        """Count a success, first-try or after retries."""
+        counter = self.first_try_successes if attempts <= 1 else self.successes_after_retry
+        counter.add(1, {FUNCTION_ATTRIBUTE: name})
+
+    def on_exhausted(self, name: str, report: ExhaustionReport) -> None:
+        """Count a run that gave up, with its stop reason."""
+        self.exhausted.add(1, {FUNCTION_ATTRIBUTE: name, REASON_ATTRIBUTE: report.reason.value})

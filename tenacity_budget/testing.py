@@ -1,0 +1,429 @@
+"""Testing toolkit: a virtual clock for budgeted retries, and a zero-wait testing mode.
+
+Two tools, for two kinds of test:
+
+* :func:`virtual_clock` (also a pytest fixture of the same name, registered by the
+  ``tenacity_budget.pytest_plugin`` entry point) freezes wall-clock and monotonic time with
+  `freezegun <https://github.com/spulec/freezegun>`_ and turns every sleep into an instant
+  jump of that frozen clock. Budgets, deadlines and :func:`~tenacity_budget.remaining`
+  behave exactly as in production, and a test that "waits" an hour runs in microseconds::
+
+      from tenacity_budget.testing import virtual_clock
+
+      def test_gives_up_within_the_budget():
+          policy = BackoffPolicy(base=1, cap=60, max_elapsed=300, jitter="full")
+
+          @policy.retry(seed=7)
+          def fetch() -> None:
+              raise OSError("down")
+
+          with virtual_clock() as clock, pytest.raises(BudgetExhausted):
+              fetch()
+          assert clock.sleeps == policy.schedule(seed=7)
+
+  It needs the ``testing`` extra (``pip install tenacity-budget[testing]``); importing this
+  module does not.
+
+* :func:`set_testing` and :func:`testing_mode` switch every budgeted strategy to zero-wait,
+  bounded-attempt mode, like stamina's ``set_testing``, for suites that only care that the
+  code under test retries at all. See :func:`set_testing` for the ``conftest.py`` recipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import numbers
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from unittest import mock
+
+from .strategies import set_testing_attempts, testing_attempts
+
+if TYPE_CHECKING:
+    from freezegun.api import FrozenDateTimeFactory
+
+__all__ = ["VirtualClock", "set_testing", "testing_mode", "virtual_clock"]
+
+_INSTALL_HINT = (
+    "tenacity_budget.testing.virtual_clock needs freezegun; "
+    "install it with: pip install tenacity-budget[testing]"
+)
+
+# freezegun hands real time to any caller within a few frames of a module on its ignore list.
+# "threading" is on it (so that threading's own timeouts keep working), which would give a
+# function run as a Thread target the real monotonic clock at the start of its run and the
+# virtual one later. threading reads its clock through its own binding, which freezegun
+# leaves unpatched anyway, so only the frame inspection is relaxed for it.
+_THREAD_FRAMES_GET_VIRTUAL_TIME = ("threading",)
+
+# One virtual clock at a time: sleeps can only advance one clock.
+_active_lock = threading.Lock()
+_active: VirtualClock | None = None
+
+
+class VirtualClock:
+    """A frozen clock that every sleep moves forward at once; build it with :func:`virtual_clock`.
+
+    While the clock runs, ``time.time()``, ``time.monotonic()``, ``time.perf_counter()``,
+    ``datetime.now()`` and ``datetime.now(UTC)`` are frozen (through freezegun), and:
+
+    * ``time.sleep(s)`` (what tenacity's default ``sleep`` calls) records ``s`` in
+      :attr:`sleeps` and moves the clock ``s`` seconds forward, without waiting;
+    * ``asyncio.sleep(s)`` (what ``AsyncRetrying``'s default sleep awaits under asyncio) does
+      the same, then still yields to the event loop once (it awaits the real
+      ``asyncio.sleep(0)``), so other tasks keep running. A negative delay counts as 0, as
+      in asyncio; ``asyncio.sleep(math.inf)`` parks on the real sleep (until cancelled)
+      without moving the clock;
+    * :meth:`advance` moves the clock without recording a sleep: it simulates an attempt
+      (or anything else) taking time.
+
+    After the ``with`` block, :attr:`sleeps`, :attr:`elapsed`, :meth:`now` and
+    :meth:`monotonic` keep their final values; :meth:`advance` refuses to run.
+
+    Every sleep is recorded, zero-length ones included (tenacity sleeps ``0.0`` in testing
+    mode), in the order made, from any thread or task.
+
+    Resolution: freezegun's clock counts whole microseconds. The clock keeps the exact sum
+    of every sleep and advance (:attr:`elapsed`) and shows it rounded to the nearest
+    microsecond, so rounding never accumulates: ``clock.now() - clock.start`` is always
+    within half a microsecond of :attr:`elapsed`, and a sub-microsecond sleep is recorded
+    exactly but moves the visible clock only once the sum reaches the next microsecond.
+    One consequence: a run whose sleeps fill its budget to within a microsecond may stop one
+    retry earlier (reason ``wall_clock``) than :meth:`BackoffPolicy.schedule` predicts. The
+    default start is a whole second, so sleeps of whole microseconds are measured exactly.
+
+    Not intercepted: a ``sleep=`` passed to tenacity explicitly, a ``sleep`` imported with
+    ``from time import sleep`` before the clock started, and trio's sleep. Time is frozen
+    for the whole process, every thread included. Clocks do not nest.
+
+    Attributes:
+        sleeps: every sleep made while the clock ran, in seconds, in order. A plain list:
+            ``clock.sleeps.clear()`` starts a new tally.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        if start is not None:
+            if not isinstance(start, datetime):
+                raise TypeError(
+                    f"start must be a timezone-aware datetime, got {type(start).__name__}"
+                )
+            if start.tzinfo is None or start.utcoffset() is None:
+                raise ValueError(
+                    f"start must be timezone-aware, got the naive datetime {start.isoformat()}; "
+                    "pass e.g. datetime(..., tzinfo=timezone.utc)"
+                )
+        self.sleeps: list[float] = []
+        self._requested_start = start
+        self._start: datetime | None = None
+        self._elapsed = 0.0
+        self._factory: FrozenDateTimeFactory | None = None
+        self._stack: ExitStack | None = None
+        self._used = False
+        self._final: tuple[datetime, float] | None = None
+        self._lock = threading.Lock()
+        self._real_sleep: Callable[[float], None] = time.sleep
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<VirtualClock {state} elapsed={self._elapsed!r} sleeps={len(self.sleeps)}>"
+
+    # -- figures --------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the clock is frozen and intercepting sleeps (inside its ``with`` block)."""
+        return self._factory is not None
+
+    @property
+    def start(self) -> datetime:
+        """The instant the clock started at (timezone-aware, UTC)."""
+        if self._start is None:
+            raise RuntimeError("the virtual clock has not started; use it in a with block")
+        return self._start
+
+    @property
+    def elapsed(self) -> float:
+        """Virtual seconds since the clock started: every sleep plus every :meth:`advance`."""
+        return self._elapsed
+
+    @property
+    def slept(self) -> float:
+        """The sum of :attr:`sleeps`, in seconds."""
+        return math.fsum(self.sleeps)
+
+    def now(self) -> datetime:
+        """The current virtual instant, timezone-aware in UTC (``datetime.now(UTC)``).
+
+        After the ``with`` block, the instant the clock stopped at, so a test can assert on
+        it once the block (and a ``pytest.raises`` sharing its ``with``) has ended.
+        """
+        if self.running:
+            return datetime.now(UTC)
+        if self._final is None:
+            raise RuntimeError("the virtual clock has not started; use it in a with block")
+        return self._final[0]
+
+    def monotonic(self) -> float:
+        """The current virtual ``time.monotonic()`` (seconds, microsecond resolution).
+
+        After the ``with`` block, its value when the clock stopped.
+        """
+        if self.running:
+            return time.monotonic()
+        if self._final is None:
+            raise RuntimeError("the virtual clock has not started; use it in a with block")
+        return self._final[1]
+
+    # -- moving the clock -----------------------------------------------------------------
+
+    def advance(self, seconds: float | timedelta) -> None:
+        """Move the clock ``seconds`` forward without recording a sleep.
+
+        Call it inside the function under test to simulate an attempt that takes time: the
+        budget's wall-clock guard and deadline see that time pass, as in production.
+
+        Raises:
+            ValueError: for a negative, NaN or infinite duration (time never goes back).
+            RuntimeError: outside the clock's ``with`` block.
+        """
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        self._move(self._duration(seconds, "advance"), record=False)
+
+    def _duration(self, seconds: object, what: str) -> float:
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+            raise TypeError(f"{what} takes a number of seconds, got {type(seconds).__name__}")
+        value = float(seconds)
+        if not math.isfinite(value):
+            raise ValueError(f"cannot {what} {value!r} seconds on a virtual clock")
+        if value < 0:
+            raise ValueError(f"{what} length must be non-negative, got {value!r}")
+        return value
+
+    def _move(self, seconds: float, *, record: bool) -> None:
+        with self._lock:
+            factory = self._require_running()
+            self._elapsed += seconds
+            if record:
+                self.sleeps.append(seconds)
+            # Place the clock from the exact total, so microsecond rounding never piles up.
+            factory.move_to(self.start + timedelta(seconds=self._elapsed))
+
+    def _require_running(self) -> FrozenDateTimeFactory:
+        factory = self._factory
+        if factory is None:
+            raise RuntimeError("the virtual clock is not running; use it in a with block")
+        return factory
+
+    # -- the fakes ------------------------------------------------------------------------
+
+    def _fake_sleep(self, seconds: float) -> None:
+        if not self.running:  # a reference kept past the with block: behave as time.sleep
+            self._real_sleep(seconds)
+            return
+        self._move(self._duration(seconds, "sleep"), record=True)
+
+    def _fake_async_sleep(
+        self, real_sleep: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]:
+        async def sleep(delay: float, result: Any = None) -> Any:
+            """``asyncio.sleep`` on the virtual clock: jump, record, yield to the loop once."""
+            if not self.running or delay == math.inf:
+                return await real_sleep(delay, result)
+            if isinstance(delay, numbers.Real) and not isinstance(delay, bool) and delay < 0:
+                delay = 0.0
+            self._move(self._duration(delay, "sleep"), record=True)
+            await real_sleep(0)
+            return result
+
+        return sleep
+
+    # -- context management ---------------------------------------------------------------
+
+    def __enter__(self) -> VirtualClock:
+        global _active
+        try:
+            import freezegun
+            import freezegun.api
+        except ImportError as exc:
+            raise ImportError(_INSTALL_HINT) from exc
+        if self._used:
+            raise RuntimeError("a VirtualClock runs once; create a new one with virtual_clock()")
+        with _active_lock:
+            if _active is not None:
+                raise RuntimeError("a virtual clock is already running; virtual clocks do not nest")
+            _active = self
+        self._used = True
+        start = self._requested_start
+        if start is None:
+            start = datetime.now(UTC).replace(microsecond=0)
+        start = start.astimezone(UTC)
+        stack = ExitStack()
+        try:
+            factory = stack.enter_context(freezegun.freeze_time(start, real_asyncio=True))
+            if not isinstance(factory, freezegun.api.FrozenDateTimeFactory):  # pragma: no cover
+                raise TypeError(f"freezegun returned an unexpected {type(factory).__name__}")
+            _relax_frame_inspection(freezegun.api)
+            self._real_sleep = time.sleep
+            stack.enter_context(mock.patch.object(time, "sleep", self._fake_sleep))
+            fake = self._fake_async_sleep(asyncio.sleep)
+            stack.enter_context(mock.patch.object(asyncio, "sleep", fake))
+        except BaseException:
+            stack.close()
+            with _active_lock:
+                _active = None
+            raise
+        self._start = start
+        self._factory = factory
+        self._stack = stack
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        global _active
+        stack, self._stack = self._stack, None
+        with self._lock:
+            if self._factory is not None:
+                self._final = (datetime.now(UTC), time.monotonic())
+            self._factory = None
+        try:
+            if stack is not None:
+                stack.close()
+        finally:
+            with _active_lock:
+                if _active is self:
+                    _active = None
+
+
+def _relax_frame_inspection(api: Any) -> None:
+    """Let code running in a Thread target see the virtual clock, not the real one.
+
+    freezegun keeps one tuple of ignored module prefixes per active freeze in
+    ``freezegun.api.ignore_lists``; this removes ``threading`` from the tuple of the freeze
+    just started (popped again when it stops). Left alone if freezegun changes that shape.
+    """
+    lists = getattr(api, "ignore_lists", None)
+    if isinstance(lists, list) and lists and isinstance(lists[-1], tuple):
+        lists[-1] = tuple(m for m in lists[-1] if m not in _THREAD_FRAMES_GET_VIRTUAL_TIME)
+
+
+def virtual_clock(start: datetime | None = None) -> VirtualClock:
+    """A virtual clock for budgeted retries; use it as a context manager.
+
+    Inside the ``with`` block time is frozen at ``start`` (default: now, truncated to the
+    second) and every ``time.sleep`` / ``asyncio.sleep`` (tenacity's default sleeps) moves
+    it forward at once and is recorded in ``clock.sleeps``. ``clock.advance(s)`` simulates
+    an attempt taking ``s`` seconds. Budgets (monotonic clock), deadlines
+    (``datetime.now(UTC)``) and :func:`~tenacity_budget.remaining` see virtual time, so a
+    run behaves as in production without any real waiting. Everything is restored on exit,
+    also when the block raises. Details and limits: :class:`VirtualClock`.
+
+    Example::
+
+        policy = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
+
+        @policy.retry()
+        def slow() -> None:
+            clock.advance(7)  # every attempt takes 7 s
+            raise OSError("down")
+
+        with virtual_clock() as clock, pytest.raises(BudgetExhausted) as info:
+            slow()
+        assert info.value.report.reason is StopReason.WALL_CLOCK
+        assert clock.sleeps == [1.0, 2.0]
+
+    With pytest, the ``virtual_clock`` fixture (installed with the package) yields a running
+    clock instead.
+
+    Args:
+        start: the timezone-aware instant to start at.
+
+    Raises:
+        ImportError: on entering, when freezegun is not installed
+            (``pip install tenacity-budget[testing]``).
+    """
+    return VirtualClock(start)
+
+
+# -- zero-wait testing mode ---------------------------------------------------------------
+
+
+def _check_attempts(attempts: object) -> int:
+    if isinstance(attempts, bool) or not isinstance(attempts, int):
+        raise TypeError(f"attempts must be an int, got {type(attempts).__name__}")
+    if attempts < 1:
+        raise ValueError(f"testing mode needs attempts >= 1, got {attempts!r}")
+    return attempts
+
+
+def set_testing(on: bool, *, attempts: int = 3) -> None:
+    """Switch every budgeted retry to zero-wait, bounded-attempt mode (``on=False``: back).
+
+    In testing mode every :class:`~tenacity_budget.strategies.wait_budget` waits ``0``
+    seconds and every :class:`~tenacity_budget.strategies.stop_budget` stops after
+    ``attempts`` calls (the first one included; reason ``count``), whatever the policy's
+    budget and deadline. That covers ``policy.retry()`` and plain
+    ``@retry(wait=policy.wait(), stop=policy.stop())``; a ``wait=`` of your own (say
+    ``wait_fixed(5)``) still waits. The switch is process-wide (every thread and task).
+
+    To enable it for every test without touching the code under test, add to the suite's
+    ``conftest.py`` either a fixture that restores the previous setting after each test::
+
+        import pytest
+        from tenacity_budget.testing import testing_mode
+
+        @pytest.fixture(autouse=True)
+        def _budgeted_retries_do_not_wait():
+            with testing_mode(attempts=3):
+                yield
+
+    or a session-wide switch::
+
+        from tenacity_budget.testing import set_testing
+
+        def pytest_configure(config):
+            set_testing(True, attempts=3)
+
+    A test that wants the real schedule then uses ``with testing_mode(...)`` for a
+    different bound, or ``set_testing(False)`` (and the :func:`virtual_clock` to keep it
+    instant).
+
+    Args:
+        on: ``True`` to enable, ``False`` to disable.
+        attempts: calls each run makes at most while enabled (``>= 1``); ignored when off.
+    """
+    if not isinstance(on, bool):
+        raise TypeError(f"on must be a bool, got {type(on).__name__}")
+    set_testing_attempts(_check_attempts(attempts) if on else None)
+
+
+@contextmanager
+def testing_mode(*, attempts: int = 3) -> Iterator[None]:  # noqa: PT028 (not a test)
+    """Zero-wait, bounded-attempt mode inside a ``with`` block; restores the previous setting.
+
+    The previous setting (off, or another bound) comes back on exit, also when the block
+    raises, so blocks nest. See :func:`set_testing` for what the mode does and for the
+    ``conftest.py`` recipe that enables it for a whole suite.
+    """
+    bound = _check_attempts(attempts)
+    previous = testing_attempts()
+    set_testing_attempts(bound)
+    try:
+        yield
+    finally:
+        set_testing_attempts(previous)
+
+
+# The name starts with "test": without this, pytest would collect it as a test function in
+# every test module that imports it.
+testing_mode.__test__ = False  # type: ignore[attr-defined]

@@ -1,0 +1,528 @@
+"""Tests for the Prometheus and OpenTelemetry observers, against the real libraries.
+
+Prometheus values are read from a real ``CollectorRegistry``; OpenTelemetry values from the
+SDK's ``InMemoryMetricReader`` behind a ``MeterProvider`` made here (never the global one).
+Runs go through ``policy.retry(stats=...)``, sync and async, on a frozen clock.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+from freezegun.api import FrozenDateTimeFactory
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from tenacity_budget import (
+    BackoffPolicy,
+    BudgetExhausted,
+    ExhaustionReport,
+    RetryObserver,
+    RetryStats,
+    StopReason,
+)
+from tenacity_budget.otel import DEFAULT_SLEEP_BOUNDARIES, OpenTelemetryObserver
+from tenacity_budget.prometheus import DEFAULT_SLEEP_BUCKETS, PrometheusObserver
+
+# Instant attempts: the run stops on the count, after sleeping 1, 2, 4, 8, 8.
+POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
+FULL_SLEEPS = [1.0, 2.0, 4.0, 8.0, 8.0]
+
+
+def report(reason: StopReason = StopReason.COUNT, attempts: int = 3) -> ExhaustionReport:
+    return ExhaustionReport(
+        attempts=attempts,
+        affordable=5,
+        slept=3.0,
+        elapsed=3.0,
+        budget=30.0,
+        deadline=None,
+        reason=reason,
+        last_exception=OSError("down"),
+    )
+
+
+@pytest.fixture
+def frozen() -> Iterator[FrozenDateTimeFactory]:
+    with freeze_time("2024-03-01 12:00:00", tick=False) as clock:
+        assert isinstance(clock, FrozenDateTimeFactory)
+        yield clock
+
+
+# -- running decorated functions -----------------------------------------------------------
+
+
+def sync_sleeper(clock: FrozenDateTimeFactory, sleeps: list[float]) -> Callable[[float], None]:
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.tick(seconds)
+
+    return sleep
+
+
+def async_sleeper(
+    clock: FrozenDateTimeFactory, sleeps: list[float]
+) -> Callable[[float], Awaitable[None]]:
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.tick(seconds)
+
+    return sleep
+
+
+def run_workload_sync(clock: FrozenDateTimeFactory, stats: Any) -> list[float]:
+    """One first-try success, one success after two retries, one exhausted call."""
+    sleeps: list[float] = []
+    failures = {"ok": 0, "flaky": 2, "down": 10**6}
+    calls: dict[str, int] = {}
+
+    @POLICY.retry(stats=stats, sleep=sync_sleeper(clock, sleeps))
+    def work(kind: str) -> str:
+        calls[kind] = calls.get(kind, 0) + 1
+        if calls[kind] <= failures[kind]:
+            raise ConnectionError(kind)
+        return kind
+
+    assert work("ok") == "ok"
+    assert work("flaky") == "flaky"
+    with pytest.raises(BudgetExhausted) as info:
+        work("down")
+    assert info.value.report.reason is StopReason.COUNT
+    return sleeps
+
+
+async def run_workload_async(clock: FrozenDateTimeFactory, stats: Any) -> list[float]:
+    """The async twin of :func:`run_workload_sync`."""
+    sleeps: list[float] = []
+    failures = {"ok": 0, "flaky": 2, "down": 10**6}
+    calls: dict[str, int] = {}
+
+    @POLICY.retry(stats=stats, sleep=async_sleeper(clock, sleeps))
+    async def work(kind: str) -> str:
+        calls[kind] = calls.get(kind, 0) + 1
+        if calls[kind] <= failures[kind]:
+            raise ConnectionError(kind)
+        return kind
+
+    assert await work("ok") == "ok"
+    assert await work("flaky") == "flaky"
+    with pytest.raises(BudgetExhausted) as info:
+        await work("down")
+    assert info.value.report.reason is StopReason.COUNT
+    return sleeps
+
+
+# -- Prometheus ----------------------------------------------------------------------------
+
+
+def prom_total(registry: CollectorRegistry, sample: str, **labels: str) -> float:
+    """Sum of ``sample`` over every label set matching ``labels``."""
+    return sum(
+        s.value
+        for metric in registry.collect()
+        for s in metric.samples
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def prom_functions(registry: CollectorRegistry, namespace: str = "tenacity_budget") -> set[str]:
+    return {
+        s.labels["function"]
+        for metric in registry.collect()
+        if metric.name.startswith(namespace)
+        for s in metric.samples
+        if "function" in s.labels
+    }
+
+
+def test_prometheus_observer_is_a_retry_observer() -> None:
+    assert isinstance(PrometheusObserver(CollectorRegistry()), RetryObserver)
+
+
+def test_prometheus_counts_each_hook_by_function() -> None:
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    observer.on_call("a")
+    observer.on_call("a")
+    observer.on_call("b")
+    observer.on_retry("a", 1, 0.3)
+    observer.on_retry("a", 2, 7.0)
+    observer.on_success("a", 1)
+    observer.on_success("a", 3)
+    observer.on_exhausted("b", report(StopReason.DEADLINE))
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(f"tenacity_budget_{name}", labels)
+
+    assert value("calls_total", function="a") == 2
+    assert value("calls_total", function="b") == 1
+    assert value("retries_total", function="a") == 2
+    assert value("retries_total", function="b") is None
+    assert value("first_try_successes_total", function="a") == 1
+    assert value("successes_after_retry_total", function="a") == 1
+    assert value("exhausted_total", function="b", reason="deadline") == 1
+    assert value("exhausted_total", function="b", reason="count") is None
+    assert value("sleep_seconds_count", function="a") == 2
+    assert value("sleep_seconds_sum", function="a") == pytest.approx(7.3)
+    assert value("sleep_seconds_bucket", function="a", le="0.5") == 1
+    assert value("sleep_seconds_bucket", function="a", le="5.0") == 1
+    assert value("sleep_seconds_bucket", function="a", le="10.0") == 2
+    assert value("sleep_seconds_bucket", function="a", le="+Inf") == 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(reasons=st.lists(st.sampled_from(list(StopReason)), max_size=12))
+def test_prometheus_exhausted_is_labelled_by_reason(reasons: list[StopReason]) -> None:
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    for reason in reasons:
+        observer.on_exhausted("f", report(reason))
+    for reason in StopReason:
+        got = registry.get_sample_value(
+            "tenacity_budget_exhausted_total", {"function": "f", "reason": reason.value}
+        )
+        expected = reasons.count(reason)
+        assert (got or 0.0) == expected
+        assert (got is None) == (expected == 0)
+
+
+def test_prometheus_namespace_and_buckets() -> None:
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry, namespace="billing", buckets=(1.0, 2.0))
+    observer.on_call("f")
+    observer.on_retry("f", 1, 1.5)
+    assert registry.get_sample_value("billing_calls_total", {"function": "f"}) == 1
+    assert registry.get_sample_value("tenacity_budget_calls_total", {"function": "f"}) is None
+    buckets = {
+        s.labels["le"]
+        for metric in registry.collect()
+        for s in metric.samples
+        if s.name == "billing_sleep_seconds_bucket"
+    }
+    assert buckets == {"1.0", "2.0", "+Inf"}
+    assert registry.get_sample_value("billing_sleep_seconds_bucket", {"function": "f", "le": "2.0"})
+
+
+def test_prometheus_empty_namespace_has_no_prefix() -> None:
+    registry = CollectorRegistry()
+    PrometheusObserver(registry, namespace="").on_call("f")
+    assert registry.get_sample_value("calls_total", {"function": "f"}) == 1
+
+
+def test_prometheus_default_buckets_span_subsecond_to_caps() -> None:
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    observer.on_retry("f", 1, 0.0)
+    les = sorted(
+        float(s.labels["le"])
+        for metric in registry.collect()
+        for s in metric.samples
+        if s.name == "tenacity_budget_sleep_seconds_bucket"
+    )
+    assert les == sorted(DEFAULT_SLEEP_BUCKETS)
+
+
+def test_prometheus_defaults_to_the_global_registry() -> None:
+    observer = PrometheusObserver(namespace="tenacity_budget_test_global")
+    try:
+        observer.on_call("f")
+        assert REGISTRY.get_sample_value(
+            "tenacity_budget_test_global_calls_total", {"function": "f"}
+        ) == (1)
+        assert observer.registry is REGISTRY
+    finally:
+        for collector in (
+            observer.calls,
+            observer.retries,
+            observer.first_try_successes,
+            observer.successes_after_retry,
+            observer.exhausted,
+            observer.sleep,
+        ):
+            REGISTRY.unregister(collector)
+
+
+def test_prometheus_refuses_a_second_observer_on_one_registry() -> None:
+    registry = CollectorRegistry()
+    PrometheusObserver(registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        PrometheusObserver(registry)
+    PrometheusObserver(registry, namespace="other")  # another namespace is fine
+
+
+def check_prometheus_workload(registry: CollectorRegistry, sleeps: list[float]) -> None:
+    retries = 2 + len(FULL_SLEEPS)
+    assert sleeps == [1.0, 2.0, *FULL_SLEEPS]
+    assert prom_total(registry, "tenacity_budget_calls_total") == 3
+    assert prom_total(registry, "tenacity_budget_first_try_successes_total") == 1
+    assert prom_total(registry, "tenacity_budget_successes_after_retry_total") == 1
+    assert prom_total(registry, "tenacity_budget_retries_total") == retries
+    assert prom_total(registry, "tenacity_budget_exhausted_total", reason="count") == 1
+    assert prom_total(registry, "tenacity_budget_exhausted_total") == 1
+    assert prom_total(registry, "tenacity_budget_sleep_seconds_count") == retries
+    assert prom_total(registry, "tenacity_budget_sleep_seconds_sum") == sum(sleeps)
+    # cumulative buckets over the sleeps 1, 2, 1, 2, 4, 8, 8
+    assert prom_total(registry, "tenacity_budget_sleep_seconds_bucket", le="1.0") == 2
+    assert prom_total(registry, "tenacity_budget_sleep_seconds_bucket", le="5.0") == 5
+
+
+def test_prometheus_through_policy_retry_sync(frozen: FrozenDateTimeFactory) -> None:
+    registry = CollectorRegistry()
+    sleeps = run_workload_sync(frozen, PrometheusObserver(registry))
+    check_prometheus_workload(registry, sleeps)
+
+
+async def test_prometheus_through_policy_retry_async(frozen: FrozenDateTimeFactory) -> None:
+    registry = CollectorRegistry()
+    sleeps = await run_workload_async(frozen, PrometheusObserver(registry))
+    check_prometheus_workload(registry, sleeps)
+
+
+def test_prometheus_one_function_one_label(frozen: FrozenDateTimeFactory) -> None:
+    registry = CollectorRegistry()
+    run_workload_sync(frozen, PrometheusObserver(registry))
+    assert len(prom_functions(registry)) == 1
+
+
+# -- OpenTelemetry -------------------------------------------------------------------------
+
+
+class OTel:
+    """An SDK meter provider with an in-memory reader, and readers of its points."""
+
+    def __init__(self) -> None:
+        self.reader = InMemoryMetricReader()
+        self.provider = MeterProvider(metric_readers=[self.reader])
+        self.meter = self.provider.get_meter("tests")
+
+    def points(self) -> dict[str, list[Any]]:
+        data = self.reader.get_metrics_data()
+        out: dict[str, list[Any]] = {}
+        if data is None:
+            return out
+        for resource in data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    out.setdefault(metric.name, []).extend(metric.data.data_points)
+        return out
+
+    def units(self) -> dict[str, str]:
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        return {
+            metric.name: metric.unit or ""
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
+
+
+def otel_value(points: dict[str, list[Any]], name: str, **attributes: str) -> float:
+    total = 0.0
+    for point in points.get(name, []):
+        assert isinstance(point, NumberDataPoint)
+        found = point.attributes or {}
+        if all(found.get(k) == v for k, v in attributes.items()):
+            total += point.value
+    return total
+
+
+def otel_sleep(
+    points: dict[str, list[Any]], name: str = "tenacity_budget.sleep"
+) -> tuple[int, float, list[int], tuple[float, ...]]:
+    """(count, sum, merged bucket counts, bounds) of the sleep histogram over attributes."""
+    hist = points[name]
+    assert all(isinstance(p, HistogramDataPoint) for p in hist)
+    bounds = hist[0].explicit_bounds
+    buckets = [sum(p.bucket_counts[i] for p in hist) for i in range(len(bounds) + 1)]
+    return sum(p.count for p in hist), sum(p.sum for p in hist), buckets, tuple(bounds)
+
+
+@pytest.fixture
+def otel() -> Iterator[OTel]:
+    sdk = OTel()
+    yield sdk
+    sdk.provider.shutdown()
+
+
+def test_otel_observer_is_a_retry_observer(otel: OTel) -> None:
+    assert isinstance(OpenTelemetryObserver(otel.meter), RetryObserver)
+
+
+def test_otel_records_each_hook_with_attributes(otel: OTel) -> None:
+    observer = OpenTelemetryObserver(otel.meter)
+    observer.on_call("a")
+    observer.on_call("a")
+    observer.on_call("b")
+    observer.on_retry("a", 1, 0.3)
+    observer.on_retry("a", 2, 7.0)
+    observer.on_success("a", 1)
+    observer.on_success("a", 3)
+    observer.on_exhausted("b", report(StopReason.WALL_CLOCK))
+
+    points = otel.points()
+    assert otel_value(points, "tenacity_budget.calls", function="a") == 2
+    assert otel_value(points, "tenacity_budget.calls", function="b") == 1
+    assert otel_value(points, "tenacity_budget.retries", function="a") == 2
+    assert otel_value(points, "tenacity_budget.retries", function="b") == 0
+    assert otel_value(points, "tenacity_budget.first_try_successes", function="a") == 1
+    assert otel_value(points, "tenacity_budget.successes_after_retry", function="a") == 1
+    (exhausted,) = points["tenacity_budget.exhausted"]
+    assert dict(exhausted.attributes) == {"function": "b", "reason": "wall_clock"}
+    assert exhausted.value == 1
+    (sleep,) = points["tenacity_budget.sleep"]
+    assert dict(sleep.attributes) == {"function": "a"}
+    assert (sleep.count, sleep.sum, sleep.min, sleep.max) == (2, pytest.approx(7.3), 0.3, 7.0)
+    assert tuple(sleep.explicit_bounds) == DEFAULT_SLEEP_BOUNDARIES
+    assert otel.units()["tenacity_budget.sleep"] == "s"
+
+
+@settings(max_examples=20, deadline=None)
+@given(reasons=st.lists(st.sampled_from(list(StopReason)), min_size=1, max_size=12))
+def test_otel_exhausted_carries_the_reason(reasons: list[StopReason]) -> None:
+    sdk = OTel()
+    try:
+        observer = OpenTelemetryObserver(sdk.meter)
+        for reason in reasons:
+            observer.on_exhausted("f", report(reason))
+        points = sdk.points()
+        for reason in StopReason:
+            got = otel_value(points, "tenacity_budget.exhausted", function="f", reason=reason.value)
+            assert got == reasons.count(reason)
+    finally:
+        sdk.provider.shutdown()
+
+
+def test_otel_prefix_and_sdk_default_buckets(otel: OTel) -> None:
+    observer = OpenTelemetryObserver(otel.meter, prefix="billing.retry", sleep_boundaries=None)
+    observer.on_call("f")
+    observer.on_retry("f", 1, 0.2)
+    points = otel.points()
+    assert otel_value(points, "billing.retry.calls", function="f") == 1
+    assert "tenacity_budget.calls" not in points
+    _, _, _, bounds = otel_sleep(points, "billing.retry.sleep")
+    assert bounds != DEFAULT_SLEEP_BOUNDARIES  # the SDK's own (millisecond-sized) default
+    assert bounds[0] == 0.0
+
+
+def test_otel_default_meter_is_the_tenacity_budget_scope(
+    otel: OTel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry import metrics
+
+    asked: list[str] = []
+
+    def get_meter(name: str, *args: Any, **kwargs: Any) -> Any:
+        asked.append(name)
+        return otel.provider.get_meter(name)
+
+    monkeypatch.setattr(metrics, "get_meter", get_meter)
+    OpenTelemetryObserver().on_call("f")
+    assert asked == ["tenacity_budget"]
+    data = otel.reader.get_metrics_data()
+    assert data is not None
+    scopes = {s.scope.name for r in data.resource_metrics for s in r.scope_metrics}
+    assert scopes == {"tenacity_budget"}
+
+
+def check_otel_workload(otel: OTel, sleeps: list[float]) -> None:
+    retries = 2 + len(FULL_SLEEPS)
+    assert sleeps == [1.0, 2.0, *FULL_SLEEPS]
+    points = otel.points()
+    assert otel_value(points, "tenacity_budget.calls") == 3
+    assert otel_value(points, "tenacity_budget.first_try_successes") == 1
+    assert otel_value(points, "tenacity_budget.successes_after_retry") == 1
+    assert otel_value(points, "tenacity_budget.retries") == retries
+    assert otel_value(points, "tenacity_budget.exhausted", reason="count") == 1
+    assert otel_value(points, "tenacity_budget.exhausted") == 1
+    count, total, buckets, bounds = otel_sleep(points)
+    assert (count, total) == (retries, sum(sleeps))
+    assert bounds == DEFAULT_SLEEP_BOUNDARIES
+    # per-bucket counts over the sleeps 1, 2, 1, 2, 4, 8, 8
+    assert buckets[bounds.index(1.0)] == 2  # (0.5, 1.0]
+    assert buckets[bounds.index(2.5)] == 2  # (1.0, 2.5]
+    assert buckets[bounds.index(5.0)] == 1  # (2.5, 5.0]
+    assert buckets[bounds.index(10.0)] == 2  # (5.0, 10.0]
+    assert sum(buckets) == count
+
+
+def test_otel_through_policy_retry_sync(otel: OTel, frozen: FrozenDateTimeFactory) -> None:
+    sleeps = run_workload_sync(frozen, OpenTelemetryObserver(otel.meter))
+    check_otel_workload(otel, sleeps)
+
+
+async def test_otel_through_policy_retry_async(otel: OTel, frozen: FrozenDateTimeFactory) -> None:
+    sleeps = await run_workload_async(frozen, OpenTelemetryObserver(otel.meter))
+    check_otel_workload(otel, sleeps)
+
+
+# -- together ------------------------------------------------------------------------------
+
+
+def test_all_observers_see_the_same_run(otel: OTel, frozen: FrozenDateTimeFactory) -> None:
+    registry = CollectorRegistry()
+    stats = RetryStats()
+    observers = [PrometheusObserver(registry), OpenTelemetryObserver(otel.meter), stats]
+    sleeps = run_workload_sync(frozen, observers)
+    check_prometheus_workload(registry, sleeps)
+    check_otel_workload(otel, sleeps)
+    snap = stats.snapshot()
+    assert (snap.calls, snap.retries, snap.exhausted) == (3, len(sleeps), 1)
+
+
+# -- optional imports ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "package", "extra"),
+    [
+        ("tenacity_budget.prometheus", "prometheus_client", "prometheus"),
+        ("tenacity_budget.otel", "opentelemetry", "otel"),
+        ("tenacity_budget.breaker", "pybreaker", "breaker"),
+    ],
+)
+def test_missing_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, module: str, package: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, package, None)  # makes `import package` fail
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ImportError, match=rf"tenacity-budget\[{extra}\]"):
+        importlib.import_module(module)
+
+
+def test_importing_the_package_needs_no_extra() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        for name in ("prometheus_client", "opentelemetry", "pybreaker"):
+            sys.modules[name] = None  # any import of them now fails
+        import tenacity_budget
+        import tenacity_budget.logs
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
