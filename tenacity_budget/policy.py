@@ -191,7 +191,8 @@ class BackoffPolicy(BaseModel):
         Args:
             deadline: an absolute, timezone-aware deadline, or a callable taking tenacity's
                 ``RetryCallState`` and returning one (to read each call's deadline from its
-                arguments). Defaults to the policy's ``deadline`` field.
+                arguments). The policy's own ``deadline`` field, if set, holds too: the run
+                respects the earlier of the two.
         """
         return stop_budget(self, deadline=deadline)
 
@@ -263,7 +264,9 @@ class BackoffPolicy(BaseModel):
             raise ValueError(f"reserve must be a fraction in [0, 1), got {reserve!r}")
         if "max_elapsed" in fields or "deadline" in fields:
             raise TypeError("for_deadline derives max_elapsed and deadline; do not pass them")
-        window = (deadline - now).total_seconds()
+        # Epoch seconds, not `deadline - now`: two datetimes sharing one tzinfo object
+        # subtract as wall-clock times, an hour off across a DST change.
+        window = deadline.timestamp() - now.timestamp()
         if window <= 0:
             raise ValueError(
                 f"deadline {deadline.isoformat()} is already past (now {now.isoformat()}); "

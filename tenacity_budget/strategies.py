@@ -309,13 +309,11 @@ class stop_budget(stop_base):
     Args:
         policy: the policy whose budget to enforce.
         deadline: a timezone-aware ``datetime``, or a callable taking the run's
-            ``RetryCallState`` and returning one (read once, at the run's first decision);
-            defaults to the policy's own ``deadline``.
+            ``RetryCallState`` and returning one (read once, at the run's first decision).
+            A policy with a ``deadline`` of its own respects the earlier of the two.
     """
 
     def __init__(self, policy: BackoffPolicy, *, deadline: DeadlineSource | None = None) -> None:
-        if deadline is None:
-            deadline = policy.deadline
         if isinstance(deadline, datetime):
             check_aware(deadline)
         elif deadline is not None and not callable(deadline):
@@ -325,6 +323,7 @@ class stop_budget(stop_base):
             )
         self.policy = policy
         self.deadline = deadline
+        self._policy_deadline = policy.deadline
         self._max_attempts = policy.max_attempts()
         self._max_elapsed = policy.max_elapsed
         self._duration = policy.attempt_duration
@@ -341,6 +340,10 @@ class stop_budget(stop_base):
             deadline = self.deadline
             if deadline is not None and not isinstance(deadline, datetime):
                 deadline = check_aware(deadline(retry_state), "the deadline callable's result")
+            # The policy's own deadline (for_deadline) always holds: keep the earlier one.
+            own = self._policy_deadline
+            if own is not None and (deadline is None or own < deadline):
+                deadline = own
             run = state[self._key] = _StopRun(self._max_elapsed, self._max_attempts, deadline)
             state[_LATEST] = run
         return run
