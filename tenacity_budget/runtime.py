@@ -14,8 +14,10 @@ import inspect
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import tenacity
@@ -23,12 +25,12 @@ from tenacity import RetryCallState, RetryError
 from tenacity._utils import get_callback_name
 
 from .exhaustion import BudgetExhausted, ExhaustionReport
-from .strategies import DeadlineSource, RetryAfter
+from .strategies import DeadlineSource, RetryAfter, check_aware
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
 
-__all__ = ["BudgetedRetry", "RetryObserver", "remaining"]
+__all__ = ["BudgetedRetry", "RetryObserver", "remaining", "remaining_until"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,6 +92,26 @@ def remaining() -> float | None:
     left = min(max(0.0, left), run.last)
     run.last = left
     return left
+
+
+@contextmanager
+def remaining_until(end: datetime, *, attempt: int = 1) -> Iterator[None]:
+    """Inside the block, :func:`remaining` counts down to the wall-clock instant ``end``.
+
+    For integrations that run attempts themselves rather than through tenacity (the
+    Celery integration runs one attempt per task execution): the block is one attempt
+    of a run that must be over by ``end``.
+    """
+    check_aware(end, "end")
+    run = _Run()
+    run.budget_end = time.monotonic() + (end.timestamp() - time.time())
+    run.deadline_ts = end.timestamp()
+    run.attempts = attempt
+    token = _CURRENT_RUN.set(run)
+    try:
+        yield
+    finally:
+        _CURRENT_RUN.reset(token)
 
 
 def _observers(stats: Any) -> tuple[RetryObserver, ...]:

@@ -1,0 +1,775 @@
+"""Tests for tenacity_budget.celery: budgeted Celery retries.
+
+The planner is pure and tested with a fake clock (explicit ``now``) and Hypothesis. The
+integration tests run against real parts: a throwaway ``redis-server`` as broker and result
+backend, and real ``celery worker`` processes (solo pool) running ``tests/celery_app/app.py``;
+nothing runs eagerly. They wait for what the workers do (results, dead letters, Redis
+keyspace events) with timeouts, never by sleeping, and assert no timing beyond "before the
+deadline".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from celery_app import app as tb
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import tenacity_budget
+from tenacity_budget import BackoffPolicy, ExhaustionReport, StopReason
+from tenacity_budget.celery import (
+    DEADLINE_HEADER,
+    CeleryBudget,
+    DeadLetter,
+    DeadLetterQueue,
+    TaskBudgetExhausted,
+    admit_attempt,
+    current_deadline,
+    deadline_headers,
+    plan_retry,
+    run_deadline,
+    seed_for,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+REDIS_SERVER = shutil.which("redis-server")
+NO_REDIS = (
+    "no redis-server binary on PATH: the Celery integration tests need a real Redis "
+    "(run .ci/redis.sh, i.e. apt-get install redis-server)"
+)
+T0 = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
+PYTHONPATH = os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])
+WAIT = 60.0  # upper bound on any one wait for a worker; never reached when things work
+
+
+# ------------------------------------------------------------------ pure parts (no broker)
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> BackoffPolicy:
+    base = draw(st.floats(0.01, 5.0))
+    cap = base * draw(st.floats(1.0, 20.0))
+    try:
+        return BackoffPolicy(
+            base=base,
+            factor=draw(st.floats(1.1, 4.0)),
+            cap=cap,
+            max_elapsed=cap * draw(st.floats(1.0, 30.0)),
+            jitter=draw(st.sampled_from(["none", "full", "equal", "decorrelated"])),
+            attempt_duration=draw(st.floats(0.0, 2.0)),
+        )
+    except ValidationError:
+        assume(False)
+        raise
+
+
+task_ids = st.text(min_size=1, max_size=40)
+
+
+def test_seed_for_is_stable_across_processes() -> None:
+    code = "from tenacity_budget.celery import seed_for; print(seed_for('task-42'))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert int(out.stdout) == seed_for("task-42")
+    assert seed_for("task-42") != seed_for("task-43")
+    assert 0 <= seed_for("task-42") < 2**64
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    policy=policies(),
+    task_id=task_ids,
+    retries=st.integers(0, 40),
+    offset=st.floats(0.0, 700.0),
+    explicit=st.none() | st.floats(0.0, 700.0),
+    longest=st.floats(0.0, 5.0),
+)
+def test_plan_retry_follows_the_seeded_schedule_and_never_crosses_the_deadline(
+    policy: BackoffPolicy,
+    task_id: str,
+    retries: int,
+    offset: float,
+    explicit: float | None,
+    longest: float,
+) -> None:
+    now = T0 + timedelta(seconds=offset)
+    deadline = None if explicit is None else T0 + timedelta(seconds=explicit)
+    plan = plan_retry(
+        policy,
+        task_id=task_id,
+        retries=retries,
+        started=T0,
+        now=now,
+        deadline=deadline,
+        longest=longest,
+    )
+    schedule = policy.schedule(seed_for(task_id))
+    need = max(policy.attempt_duration, longest)
+    assert plan.attempts == retries + 1
+    assert plan.slept == math.fsum(schedule[:retries])
+    assert plan.elapsed == (now - T0).total_seconds()
+    assert plan.deadline == run_deadline(policy, T0, deadline)
+    assert plan.exhausted == (plan.countdown is None) == (plan.reason is not None)
+    if plan.countdown is not None:
+        assert retries < policy.max_attempts()
+        assert plan.countdown == schedule[retries]
+        ends = now + timedelta(seconds=plan.countdown + need)
+        assert ends <= plan.deadline + timedelta(microseconds=2)
+    elif plan.reason is StopReason.COUNT:
+        assert retries >= policy.max_attempts()
+    elif plan.reason is StopReason.SLEEP_BUDGET:
+        assert len(schedule) <= retries < policy.max_attempts()
+    else:
+        ends = now + timedelta(seconds=schedule[retries] + need)
+        limit = T0 + timedelta(seconds=policy.max_elapsed)
+        if plan.reason is StopReason.WALL_CLOCK:
+            assert ends > limit - timedelta(microseconds=2)
+        else:
+            assert plan.reason is StopReason.DEADLINE
+            assert deadline is not None
+            assert ends > deadline - timedelta(microseconds=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(policy=policies(), task_id=task_ids, explicit=st.none() | st.floats(0.0, 700.0))
+def test_a_run_of_failures_spends_exactly_the_schedule_it_fits(
+    policy: BackoffPolicy, task_id: str, explicit: float | None
+) -> None:
+    """Simulate a task failing every attempt, each taking ``attempt_duration`` seconds."""
+    deadline = None if explicit is None else T0 + timedelta(seconds=explicit)
+    schedule = policy.schedule(seed_for(task_id))
+    end = run_deadline(policy, T0, deadline)
+    countdowns: list[float] = []
+    d = policy.attempt_duration
+    while True:
+        now = T0 + timedelta(seconds=math.fsum(countdowns) + (len(countdowns) + 1) * d)
+        plan = plan_retry(
+            policy, task_id=task_id, retries=len(countdowns), started=T0, now=now, deadline=deadline
+        )
+        if plan.countdown is None:
+            break
+        countdowns.append(plan.countdown)
+        assert now + timedelta(seconds=plan.countdown + d) <= end + timedelta(microseconds=2)
+    assert countdowns == schedule[: len(countdowns)]
+    if deadline is None or deadline >= T0 + timedelta(seconds=policy.max_elapsed):
+        # Without a tighter deadline, the whole budget is spent: every wait of the schedule.
+        assert countdowns == schedule
+        assert plan.reason in (StopReason.COUNT, StopReason.SLEEP_BUDGET)
+    else:
+        assert plan.reason in (StopReason.COUNT, StopReason.SLEEP_BUDGET, StopReason.DEADLINE)
+
+
+def test_plan_retry_reasons_with_a_fake_clock() -> None:
+    policy = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=20, jitter="none")
+    assert policy.waits() == [1.0, 2.0, 4.0, 4.0, 4.0, 4.0]  # 19 s of the 20
+
+    def plan(retries: int, at: float, **kw: Any) -> tuple[float | None, StopReason | None]:
+        now = T0 + timedelta(seconds=at)
+        p = plan_retry(policy, task_id="t", retries=retries, started=T0, now=now, **kw)
+        return p.countdown, p.reason
+
+    assert plan(0, 0.5) == (1.0, None)
+    assert plan(2, 10.0) == (4.0, None)
+    assert plan(6, 19.0) == (None, StopReason.COUNT)
+    assert plan(5, 16.0) == (4.0, None)  # ends at exactly 20 s: allowed
+    assert plan(5, 16.5) == (None, StopReason.WALL_CLOCK)
+    assert plan(5, 15.0, longest=1.5) == (None, StopReason.WALL_CLOCK)  # slow attempts
+    soon = T0 + timedelta(seconds=5)
+    assert plan(1, 3.0, deadline=soon) == (2.0, None)  # ends at 5 s: allowed
+    assert plan(1, 3.5, deadline=soon) == (None, StopReason.DEADLINE)
+    with_field = policy.model_copy(update={"deadline": soon})
+    p = plan_retry(with_field, task_id="t", retries=1, started=T0, now=T0 + timedelta(seconds=4))
+    assert (p.countdown, p.reason, p.deadline) == (None, StopReason.DEADLINE, soon)
+    with pytest.raises(ValueError, match="retries"):
+        plan(-1, 0.0)
+    with pytest.raises(ValueError, match="longest"):
+        plan(0, 0.0, longest=-1.0)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        plan_retry(policy, task_id="t", retries=0, started=T0, now=datetime(2026, 3, 2))
+
+
+def test_admit_attempt_refuses_an_attempt_that_would_end_late() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20, attempt_duration=2)
+    at = T0 + timedelta(seconds=18)
+    assert admit_attempt(policy, started=T0, now=at) is None  # ends at 20 s exactly
+    assert admit_attempt(policy, started=T0, now=at + timedelta(seconds=0.1)) is (
+        StopReason.WALL_CLOCK
+    )
+    assert admit_attempt(policy, started=T0, now=T0, longest=21) is StopReason.WALL_CLOCK
+    soon = T0 + timedelta(seconds=3)
+    assert admit_attempt(policy, started=T0, now=T0, deadline=soon) is None
+    assert admit_attempt(policy, started=T0, now=T0 + timedelta(seconds=2), deadline=soon) is (
+        StopReason.DEADLINE
+    )
+
+
+def test_run_deadline_is_the_earliest_bound() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20)
+    assert run_deadline(policy, T0) == T0 + timedelta(seconds=20)
+    later, sooner = T0 + timedelta(hours=1), T0 + timedelta(seconds=7)
+    assert run_deadline(policy, T0, later) == T0 + timedelta(seconds=20)
+    assert run_deadline(policy, T0, sooner) == sooner
+    bounded = policy.model_copy(update={"deadline": T0 + timedelta(seconds=9)})
+    assert run_deadline(bounded, T0) == T0 + timedelta(seconds=9)
+    assert run_deadline(bounded, T0, sooner) == sooner
+
+
+def test_deadline_headers_are_utc_and_refuse_naive_times() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    headers = deadline_headers(datetime(2026, 4, 15, 23, 59, 59, tzinfo=plus_two))
+    assert headers == {DEADLINE_HEADER: "2026-04-15T21:59:59+00:00"}
+    with pytest.raises(ValueError, match="timezone-aware"):
+        deadline_headers(datetime(2026, 4, 15))
+
+
+def test_dead_letter_payload_and_exception_survive_json() -> None:
+    report = ExhaustionReport(
+        attempts=3,
+        affordable=5,
+        slept=1.5,
+        elapsed=2.0,
+        budget=10.0,
+        deadline=None,
+        reason=StopReason.WALL_CLOCK,
+        last_exception=ConnectionError("down"),
+    )
+    letter = DeadLetter(
+        task="proj.sync",
+        task_id="abc",
+        args=(1, "x"),
+        kwargs={"k": True},
+        report=report,
+        deadline=T0,
+        dead_lettered_at=T0,
+    )
+    body = json.loads(json.dumps(letter.as_dict()))
+    assert body["task"] == "proj.sync"
+    assert body["args"] == [1, "x"]
+    assert body["kwargs"] == {"k": True}
+    assert body["report"] == report.as_dict()
+    assert body["report"]["last_exception"] == "ConnectionError('down')"
+    assert datetime.fromisoformat(body["deadline"]) == T0
+    # Celery's JSON result backend stores exc.args and rebuilds cls(*args) in the client.
+    exc = TaskBudgetExhausted("spent", body)
+    rebuilt = TaskBudgetExhausted(*json.loads(json.dumps(exc.args)))
+    assert rebuilt.letter == body
+    assert str(rebuilt) == "spent"
+
+
+def test_budget_rejects_bad_configuration_and_unbound_tasks() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20)
+    with pytest.raises(TypeError, match="dead_letter"):
+        CeleryBudget(policy, dead_letter=42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="retry_on"):
+        CeleryBudget(policy, dead_letter="dlq", retry_on=(ValueError, "x"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="BackoffPolicy"):
+        CeleryBudget({"base": 1}, dead_letter="dlq")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="name"):
+        DeadLetterQueue("")
+    budget = CeleryBudget(policy, dead_letter="dlq")
+    assert isinstance(budget.dead_letter, DeadLetterQueue)
+    assert budget.dead_letter.name == "dlq"
+    assert budget.schedule("id-1") == policy.schedule(seed_for("id-1"))
+
+    @budget
+    def unbound(x: int) -> int:
+        return x
+
+    assert unbound.__name__ == "unbound"
+    with pytest.raises(TypeError, match="bind=True"):
+        unbound(1)
+    assert current_deadline() is None
+    assert tenacity_budget.remaining() is None
+
+
+def test_a_direct_call_is_a_plain_call() -> None:
+    """Calling the task as a function runs it once: no message, so no budget and no retry."""
+    from celery import Celery
+
+    direct = Celery("tb_direct", set_as_current=False)
+    budget = CeleryBudget(BackoffPolicy(base=1, cap=4, max_elapsed=20), dead_letter="dlq")
+    seen: list[tuple[float | None, datetime | None]] = []
+
+    def flaky(self: Any, fail: bool) -> str:
+        seen.append((tenacity_budget.remaining(), current_deadline()))
+        if fail:
+            raise ConnectionError("down")
+        return "ok"
+
+    task = direct.task(bind=True, name="tb.direct")(budget(flaky))
+    assert task(False) == "ok"
+    with pytest.raises(ConnectionError, match="down"):
+        task(True)
+    assert seen == [(None, None), (None, None)]
+
+
+def test_importing_the_module_does_not_import_celery() -> None:
+    code = (
+        "import sys, tenacity_budget, tenacity_budget.celery\n"
+        "assert 'celery' not in sys.modules and 'kombu' not in sys.modules, sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+# ------------------------------------------------------------- real Redis, real workers
+
+
+class Output:
+    """Drains a child process's output in a thread; lets a test wait for a marker line."""
+
+    def __init__(self, stream: IO[bytes], marker: str) -> None:
+        self.lines: list[str] = []
+        self.marker = marker
+        self.seen = False
+        self.done = threading.Event()  # set when the marker shows up or the output ends
+        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            line = raw.decode("utf-8", "replace")
+            self.lines.append(line)
+            if not self.seen and self.marker in line:
+                self.seen = True
+                self.done.set()
+        self.done.set()
+
+    def wait(self, what: str, timeout: float = WAIT) -> None:
+        """Block until the marker line shows up; fail with the output if it never does."""
+        self.done.wait(timeout)
+        if not self.seen:
+            tail = "".join(self.lines[-40:])
+            pytest.fail(f"{what} never printed {self.marker!r}; its output:\n{tail}")
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A throwaway redis-server on a free port (no persistence), stopped at the end."""
+    if REDIS_SERVER is None:
+        pytest.skip(NO_REDIS)
+    port = _free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            REDIS_SERVER,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+            # Hash keyspace events: the crash test watches the unacknowledged-message hash.
+            "--notify-keyspace-events",
+            "Kh",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        Output(proc.stdout, "Ready to accept connections").wait("redis-server")  # type: ignore[arg-type]
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def app(redis_url: str) -> Any:
+    """The test app of ``tests/celery_app``, pointed at the throwaway Redis."""
+    tb.configure(redis_url)
+    return tb.app
+
+
+class Worker:
+    """One ``celery worker --pool=solo`` process consuming one queue."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], name: str) -> None:
+        self.proc = proc
+        self.name = name
+        self.output = Output(proc.stdout, f"{name} ready.")  # type: ignore[arg-type]
+
+    def kill(self) -> None:
+        """``kill -9``: no warm shutdown, no chance to hand anything back."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Start real worker processes (waiting until each is ready); stop them all afterwards."""
+    workers: list[Worker] = []
+
+    def start(queue: str, dead_letter: str, *, visibility_timeout: float | None = None) -> Worker:
+        name = f"w{len(workers) + 1}-{uuid.uuid4().hex[:6]}@localhost"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")]
+            ),
+            "TB_CELERY_REDIS_URL": redis_url,
+            "TB_DEAD_LETTER_QUEUE": dead_letter,
+        }
+        if visibility_timeout is not None:
+            env["TB_VISIBILITY_TIMEOUT"] = str(visibility_timeout)
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "celery_app.app",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "-n",
+            name,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel=INFO",
+        ]
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        worker = Worker(proc, name)
+        workers.append(worker)
+        worker.output.wait(f"worker {name}")
+        return worker
+
+    try:
+        yield start
+    finally:
+        for worker in workers:
+            _stop(worker.proc)
+
+
+def _names() -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    return f"tb.q.{suffix}", f"tb.dead.{suffix}"
+
+
+def _store() -> Any:
+    return tb.store()
+
+
+def _countdowns(task_id: str) -> list[float]:
+    return [json.loads(x) for x in _store().lrange(f"tb:countdowns:{task_id}", 0, -1)]
+
+
+def _attempts(task_id: str) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in _store().lrange(f"tb:attempts:{task_id}", 0, -1)]
+
+
+def _when(iso: str) -> datetime:
+    return datetime.fromisoformat(iso)
+
+
+def _dead_letters(app: Any, queue: str, count: int) -> tuple[list[dict[str, Any]], int]:
+    """Consume ``count`` letters from the dead-letter queue; also say how many remain."""
+    with app.connection_for_read() as conn, conn.SimpleQueue(queue) as dlq:
+        letters = []
+        for _ in range(count):
+            message = dlq.get(block=True, timeout=WAIT)
+            letters.append(message.payload)
+            message.ack()
+    # What is left: kombu keeps a Redis queue as a list under its name (and has no count
+    # for an empty, hence undeclared, queue).
+    left: int = _store().llen(queue)
+    return letters, left
+
+
+def _result(result: Any) -> Any:
+    return result.get(timeout=WAIT, propagate=False)
+
+
+def _check_run_log(task_id: str, calls: int) -> list[dict[str, Any]]:
+    """The ``calls`` attempts of one run, each seeing the same started time and deadline."""
+    attempts = _attempts(task_id)
+    assert [a["retries"] for a in attempts] == list(range(calls))  # no duplicate, no gap
+    assert attempts[0]["started"] is None  # the first attempt starts the run...
+    started = {a["started"] for a in attempts[1:]}
+    assert len(started) <= 1  # ...and every retry carries its start, unchanged
+    assert len({a["deadline"] for a in attempts}) == 1
+    return attempts
+
+
+@pytest.mark.celery
+def test_retries_follow_the_seeded_schedule_until_success(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    queue, dead = _names()
+    start_worker(queue, dead)
+    results = {
+        fails: tb.flaky.apply_async(kwargs={"fails": fails}, queue=queue) for fails in (0, 3, 5)
+    }
+    assert tb.QUICK.max_attempts() == 5
+    for fails, result in results.items():
+        value = _result(result)
+        assert result.state == "SUCCESS", value
+        assert value["retries"] == fails
+        assert _countdowns(result.id) == tb.quick.schedule(result.id)[:fails]
+        attempts = _check_run_log(result.id, fails + 1)
+        deadline = _when(attempts[0]["deadline"])
+        if fails:
+            started = _when(attempts[1]["started"])
+            assert deadline == started + timedelta(seconds=tb.QUICK.max_elapsed)
+        assert _when(value["finished_at"]) <= deadline
+        left = [a["remaining"] for a in attempts]
+        assert all(0 < x <= tb.QUICK.max_elapsed for x in left)
+        assert left == sorted(left, reverse=True)
+    assert _dead_letters(app, dead, 0)[1] == 0
+
+
+@pytest.mark.celery
+def test_a_spent_budget_goes_to_the_dead_letter_queue(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    queue, dead = _names()
+    start_worker(queue, dead)
+    result = tb.flaky.apply_async(args=(99,), queue=queue)
+    error = _result(result)
+    assert result.state == "FAILURE"
+    assert isinstance(error, TaskBudgetExhausted)
+    (letter,), left = _dead_letters(app, dead, 1)
+    assert left == 0
+    assert letter == error.letter
+    assert letter["task"] == "tb.flaky"
+    assert letter["task_id"] == result.id
+    assert (letter["args"], letter["kwargs"]) == ([99], {})
+    report = letter["report"]
+    schedule = tb.quick.schedule(result.id)
+    assert report["reason"] == "count"
+    assert report["attempts"] == len(schedule) + 1 == tb.QUICK.max_attempts() + 1
+    assert report["affordable"] == tb.QUICK.max_attempts()
+    assert report["slept"] == pytest.approx(sum(schedule))
+    assert report["budget"] == tb.QUICK.max_elapsed
+    assert "UpstreamError" in report["last_exception"]
+    assert _countdowns(result.id) == schedule
+    attempts = _check_run_log(result.id, len(schedule) + 1)
+    assert letter["deadline"] == attempts[0]["deadline"]
+    assert _when(letter["dead_lettered_at"]) <= _when(letter["deadline"])
+
+
+@pytest.mark.celery
+def test_an_explicit_deadline_travels_with_the_message_and_is_never_crossed(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    queue, dead = _names()
+    start_worker(queue, dead)
+    # A task whose countdowns alone outlast 2 s: the deadline, not the count, must end it.
+    task_id = next(
+        f"deadline-{i}" for i in range(1000) if sum(tb.quick.schedule(f"deadline-{i}")) > 2.5
+    )
+    deadline = datetime.now(UTC) + timedelta(seconds=2)
+    result = tb.flaky.apply_async(
+        kwargs={"fails": 99}, queue=queue, task_id=task_id, headers=deadline_headers(deadline)
+    )
+    error = _result(result)
+    assert isinstance(error, TaskBudgetExhausted)
+    (letter,), left = _dead_letters(app, dead, 1)
+    assert left == 0
+    report = letter["report"]
+    assert report["reason"] == "deadline"
+    assert _when(report["deadline"]) == _when(letter["deadline"]) == deadline
+    assert _when(letter["dead_lettered_at"]) <= deadline
+    countdowns = _countdowns(task_id)
+    schedule = tb.quick.schedule(task_id)
+    assert countdowns == schedule[: len(countdowns)]
+    assert len(countdowns) < len(schedule)
+    attempts = _check_run_log(task_id, report["attempts"])
+    assert {_when(a["deadline"]) for a in attempts} == {deadline}
+    assert all(_when(a["at"]) <= deadline for a in attempts)
+
+
+@pytest.mark.celery
+def test_callback_dead_letters_and_errors_the_budget_does_not_retry(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    queue, dead = _names()
+    start_worker(queue, dead)
+    spent = tb.flaky_callback.apply_async(args=(99,), queue=queue)
+    broken = tb.broken.apply_async(queue=queue)
+    assert isinstance(_result(spent), TaskBudgetExhausted)
+    (raw,) = _store().lrange(f"tb:letters:{spent.id}", 0, -1)
+    letter = json.loads(raw)
+    assert letter["report_type"] == "ExhaustionReport"
+    assert letter["exception_type"] == "UpstreamError"  # the live exception, not a repr
+    assert letter["report"]["reason"] == "count"
+    assert _countdowns(spent.id) == tb.quick_to_callback.schedule(spent.id)
+    error = _result(broken)
+    assert broken.state == "FAILURE"
+    assert isinstance(error, ValueError)
+    assert _countdowns(broken.id) == []
+    assert _store().llen(f"tb:letters:{broken.id}") == 0
+    assert _dead_letters(app, dead, 0)[1] == 0  # the callback, not the queue, got the letter
+
+
+def _unacked(app: Any) -> dict[str, tuple[int, str]]:
+    """Messages held unacknowledged by some worker: task id -> (retries, routing key)."""
+    held = {}
+    for raw in _store().hvals("unacked"):
+        message, _exchange, routing_key = json.loads(raw)
+        headers = message["headers"]
+        held[headers["id"]] = (headers["retries"], routing_key)
+    return held
+
+
+@pytest.mark.celery
+def test_a_retry_pending_on_a_killed_worker_is_finished_by_a_fresh_one(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    """kill -9 a worker holding two countdown retries; a fresh worker completes both runs."""
+    queue, dead = _names()
+    first = start_worker(queue, dead)
+    # Tasks whose first countdown is long enough for the kill to land inside it.
+    ids = [f"fault-{i}" for i in range(1000) if tb.fault.schedule(f"fault-{i}")[0] >= 1.5][:2]
+    pubsub = _store().pubsub()
+    pubsub.subscribe("__keyspace@0__:unacked")
+    ok = tb.fault_task.apply_async(args=(1,), queue=queue, task_id=ids[0])
+    spent = tb.fault_task.apply_async(args=(99,), queue=queue, task_id=ids[1])
+
+    # Wait (on Redis keyspace events, not a clock) until the worker holds both retries,
+    # unacknowledged, with their countdowns pending, and has acknowledged both first attempts.
+    wanted = {ok.id: (1, queue), spent.id: (1, queue)}
+    give_up = time.monotonic() + WAIT
+    while {k: v for k, v in _unacked(app).items() if k in wanted} != wanted:
+        assert time.monotonic() < give_up, _unacked(app)
+        pubsub.get_message(timeout=1.0)
+    pubsub.close()
+    first.kill()
+    assert ok.state == spent.state == "RETRY"
+    assert _store().llen(queue) == 0  # the retries now exist only as a dead worker's messages
+    assert {k: v for k, v in _unacked(app).items() if k in wanted} == wanted
+
+    second = start_worker(queue, dead)
+    value = _result(ok)
+    assert ok.state == "SUCCESS", value
+    attempts = _check_run_log(ok.id, 2)
+    assert [a["hostname"] for a in attempts] == [first.name, second.name]
+    assert _when(value["finished_at"]) <= _when(attempts[0]["deadline"])
+    assert _countdowns(ok.id) == tb.fault.schedule(ok.id)[:1]
+
+    error = _result(spent)
+    assert isinstance(error, TaskBudgetExhausted)
+    (letter,), left = _dead_letters(app, dead, 1)
+    assert left == 0
+    assert letter["task_id"] == spent.id
+    assert letter["report"]["reason"] in ("count", "wall_clock")
+    countdowns = _countdowns(spent.id)
+    assert countdowns == tb.fault.schedule(spent.id)[: len(countdowns)]  # one seeded schedule
+    attempts = _check_run_log(spent.id, letter["report"]["attempts"])
+    assert attempts[0]["hostname"] == first.name
+    assert {a["hostname"] for a in attempts[1:]} == {second.name}
+    assert letter["deadline"] == attempts[0]["deadline"]
+    assert _when(letter["dead_lettered_at"]) <= _when(letter["deadline"])
+
+
+LOAD_TASKS = 300
+
+
+@pytest.mark.celery
+def test_load_hundreds_of_tasks_against_a_flaky_upstream(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    """Every task succeeds or is dead-lettered exactly once, within its budget."""
+    queue, dead = _names()
+    for _ in range(2):
+        start_worker(queue, dead, visibility_timeout=60)
+    began = time.monotonic()
+    # Fixed ids: the same upstream failures and countdowns on every run.
+    results = [
+        tb.load_task.apply_async(queue=queue, task_id=f"load-{i}") for i in range(LOAD_TASKS)
+    ]
+    outcomes = {r.id: _result(r) for r in results}
+    wall = time.monotonic() - began
+    states = {r.id: r.state for r in results}
+    failed = [task_id for task_id, state in states.items() if state == "FAILURE"]
+    letters, left = _dead_letters(app, dead, len(failed))
+    assert left == 0
+    by_id = {letter["task_id"]: letter for letter in letters}
+    assert sorted(by_id) == sorted(failed)  # one letter per spent task, no duplicate
+
+    slack: list[float] = []  # deadline minus the moment each run ended
+    reasons: dict[str, int] = {}
+    attempts_made = late = 0
+    for r in results:
+        fails = tb.failures_for(r.id)
+        schedule = tb.load.schedule(r.id)
+        countdowns = _countdowns(r.id)
+        assert countdowns == schedule[: len(countdowns)]
+        if states[r.id] == "SUCCESS":
+            attempts = _check_run_log(r.id, len(countdowns) + 1)
+            assert outcomes[r.id]["retries"] == len(countdowns) == fails
+            ended = _when(outcomes[r.id]["finished_at"])
+        else:
+            assert states[r.id] == "FAILURE"
+            assert isinstance(outcomes[r.id], TaskBudgetExhausted)
+            report = by_id[r.id]["report"]
+            attempts = _check_run_log(r.id, report["attempts"])
+            reasons[report["reason"]] = reasons.get(report["reason"], 0) + 1
+            if report["reason"] == "count":
+                assert fails > tb.LOAD.max_attempts()
+                assert countdowns == schedule
+                assert report["attempts"] == len(countdowns) + 1
+            else:  # out of time before the upstream recovered: only under a backlog
+                assert report["reason"] == "wall_clock"
+                assert fails >= report["attempts"]  # every call made had failed
+                if report["last_exception"] is None:  # the last retry came too late to run
+                    late += 1
+                    assert report["attempts"] == len(countdowns)
+                else:  # the next retry would not have ended in time
+                    assert report["attempts"] == len(countdowns) + 1
+            ended = _when(by_id[r.id]["dead_lettered_at"])
+        attempts_made += len(attempts)
+        deadline = _when(attempts[0]["deadline"])
+        slack.append((deadline - ended).total_seconds())
+    assert min(slack) >= 0  # nothing ended after its deadline
+    expected_spent = sum(tb.failures_for(r.id) > tb.LOAD.max_attempts() for r in results)
+    assert reasons.get("count", 0) == expected_spent
+    print(
+        f"\nload: {LOAD_TASKS} tasks, {attempts_made} attempts, "
+        f"{LOAD_TASKS - len(failed)} succeeded, {len(failed)} dead-lettered {reasons} "
+        f"({late} of them refused on arrival), "
+        f"max lateness vs deadline {-min(slack):+.3f} s (min slack {min(slack):.3f} s), "
+        f"wall time {wall:.1f} s"
+    )
