@@ -163,8 +163,7 @@ def _format_table(policy: BackoffPolicy, rows: list[PlanRow], elided: int) -> st
     total = policy.total_nominal()
     lines += [
         "",
-        f"affordable retries: {policy.max_attempts()} "
-        f"(at most {policy.max_attempts() + 1} calls)",
+        f"affordable retries: {policy.max_attempts()} (at most {policy.max_attempts() + 1} calls)",
         f"total nominal delay: {total:.3f} s of {policy.max_elapsed:g} s budget "
         f"({total / policy.max_elapsed:.1%}); jittered waits never exceed it",
     ]
