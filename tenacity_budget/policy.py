@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from .jitter import JitterMode, apply_jitter
-from .solver import backoff_delays, capped_index, compute_max_attempts, total_delay
+from .solver import add_compensated, backoff_delays, capped_index, compute_max_attempts, total_delay
 from .strategies import DeadlineSource, RetryAfter, check_aware, stop_budget, wait_budget
 
 if TYPE_CHECKING:
@@ -125,17 +125,18 @@ class BackoffPolicy(BaseModel):
         Exactly the sleeps a run of an always-failing function makes under
         ``wait=self.wait(rng=rng), stop=self.stop()`` when each attempt takes
         ``attempt_duration`` seconds: one wait per affordable retry, stopping early only if
-        float rounding would carry the running total past ``max_elapsed``.
+        float rounding would carry the (compensated) running total past ``max_elapsed``.
         """
-        total = 0.0
-        previous = 0.0
+        total = error = previous = 0.0
         attempts = 1
         limit, duration = self.max_elapsed, self.attempt_duration
         for delay in self.nominal_delays():
             wait = apply_jitter(self.jitter, delay, previous, self.base, rng)
-            if total + wait > limit or total + wait + (attempts + 1) * duration > limit:
+            next_total, next_error = add_compensated(total, error, wait)
+            slept = next_total + next_error
+            if slept > limit or slept + (attempts + 1) * duration > limit:
                 return
-            total += wait
+            total, error = next_total, next_error
             previous = wait
             attempts += 1
             yield wait

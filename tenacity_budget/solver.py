@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 __all__ = [
+    "add_compensated",
     "backoff_delays",
     "capped_index",
     "compute_max_attempts",
@@ -37,6 +38,26 @@ __all__ = [
 # cap), where a "step" is below float resolution anyway; the bound keeps every call finite.
 _MAX_CORRECTIONS = 64
 _LOG_MAX = math.log(1.7976931348623157e308)
+# Up to this many uncapped delays, sums are taken over the float delays themselves
+# (math.fsum, correctly rounded), so every decision on them is exact; past it, the
+# closed form. Either way a bounded amount of work: constant time in the answer.
+_EXACT_TERMS = 64
+
+
+def add_compensated(total: float, error: float, x: float) -> tuple[float, float]:
+    """One step of Neumaier's compensated summation: ``(total, error) + x``.
+
+    ``total + error`` tracks the exact sum of the added floats far more closely than a
+    running float total, which drifts: ``0.1`` added 16 times is ``1.6000000000000003``,
+    though the exact sum of those sixteen floats is the float ``1.6``. Budget checks compare
+    ``total + error`` with the budget, so a schedule that exactly fills it is not cut short.
+    """
+    t = total + x
+    if abs(total) >= abs(x):
+        error += (total - t) + x
+    else:
+        error += (x - t) + total
+    return t, error
 
 
 def _check(base: float, factor: float, cap: float) -> None:
@@ -129,14 +150,35 @@ def _geometric_sum(base: float, factor: float, n: float) -> float:
         return 0.0
     r = factor - 1.0
     t = n * math.log1p(r)  # ln(factor**n)
-    if t < 1.0:
-        growth = math.expm1(t)  # no cancellation when factor**n is close to 1
+    if t < 1e-3:
+        # factor**n within 0.1% of 1: pow's rounding would dominate factor**n - 1.
+        growth = math.expm1(t)
     elif t < _LOG_MAX - 1.0:
+        # Exact whenever factor**n is representable: pow rounds correctly and, for
+        # factor**n <= 2, the subtraction is exact (Sterbenz); past 2 it loses < 1 ulp.
         growth = math.pow(factor, n) - 1.0
     else:
         log = math.log(base) + t + math.log1p(-math.exp(-t)) - math.log(r)
         return math.inf if log >= _LOG_MAX else math.exp(log)
     return base * growth / r
+
+
+def _uncapped_sum(base: float, factor: float, n: int) -> float:
+    """``S(n)`` for ``n`` uncapped delays: the correctly rounded sum of the float delays
+    themselves while there are few of them (at most ``_EXACT_TERMS``), else closed form."""
+    if n <= _EXACT_TERMS:
+        return math.fsum(_raw(base, factor, i) for i in range(n))
+    return _geometric_sum(base, factor, n)
+
+
+def _excess(base: float, factor: float, n: int, duration: float, budget: float) -> float:
+    """Sign of ``S(n) + (n + 1) * duration - budget``, decided exactly for small ``n``."""
+    if n <= _EXACT_TERMS:
+        terms = [_raw(base, factor, i) for i in range(n)]
+        terms += [duration] * (n + 1)
+        terms.append(-budget)
+        return math.fsum(terms)  # correctly rounded, so its sign is the exact sign
+    return _geometric_sum(base, factor, n) + (n + 1.0) * duration - budget
 
 
 def total_delay(n: int, base: float, factor: float, cap: float) -> float:
@@ -146,8 +188,8 @@ def total_delay(n: int, base: float, factor: float, cap: float) -> float:
         raise ValueError(f"n must be >= 0, got {n!r}")
     k = capped_index(base, factor, cap)
     if n <= k:
-        return _geometric_sum(base, factor, n)
-    return _geometric_sum(base, factor, k) + (n - k) * cap
+        return _uncapped_sum(base, factor, n)
+    return _uncapped_sum(base, factor, k) + (n - k) * cap
 
 
 def _uncapped_count(budget: float, base: float, factor: float, k: int, duration: float) -> int:
@@ -179,9 +221,9 @@ def _uncapped_count(budget: float, base: float, factor: float, k: int, duration:
                 break
     n = max(0, min(k, math.floor(t)))
     for _ in range(_MAX_CORRECTIONS):
-        if n > 0 and excess(n) > 0.0:
+        if n > 0 and _excess(base, factor, n, duration, budget) > 0.0:
             n -= 1
-        elif n < k and excess(n + 1) <= 0.0:
+        elif n < k and _excess(base, factor, n + 1, duration, budget) <= 0.0:
             n += 1
         else:
             break
@@ -227,7 +269,7 @@ def compute_max_attempts(
     if budget <= 0 or duration > budget:
         return 0
     k = capped_index(base, factor, cap)
-    s_k = _geometric_sum(base, factor, k)
+    s_k = _uncapped_sum(base, factor, k)
     if s_k == math.inf:
         return _uncapped_count(budget, base, factor, k, duration)
     left = Fraction(budget) - Fraction(s_k) - (k + 1) * Fraction(duration)

@@ -24,7 +24,7 @@ from tenacity.wait import wait_base
 
 from .exhaustion import STATE_ATTR, ExhaustionReport, StopReason
 from .jitter import apply_jitter
-from .solver import nominal_delay
+from .solver import add_compensated, nominal_delay
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -94,7 +94,8 @@ class wait_budget(wait_base):
 
     Build it with :meth:`BackoffPolicy.wait`. The wait before retry ``n`` (``n = 0`` after
     the first failed attempt) is the jittered nominal delay ``min(cap, base * factor**n)``,
-    never more than that nominal delay.
+    never more than that nominal delay. Only the retries the budget affords draw a random
+    number (one each); a wait asked for past them (under another stop) is the nominal delay.
 
     Args:
         policy: the policy whose delays to wait.
@@ -131,6 +132,7 @@ class wait_budget(wait_base):
         self._factor = policy.factor
         self._cap = policy.cap
         self._capped_from = policy.capped_index()
+        self._affordable = policy.max_attempts()
         self._mode = policy.jitter
         # Per-run state is needed only for a per-run generator or the decorrelated chain.
         self._stateful = seed is not None or policy.jitter == "decorrelated"
@@ -154,8 +156,11 @@ class wait_budget(wait_base):
                 if self._stateful:
                     self._run(retry_state).previous = dictated
                 return dictated
-        delay = self.nominal(retry_state.attempt_number - 1)
-        if self._mode == "none":
+        index = retry_state.attempt_number - 1
+        delay = self.nominal(index)
+        if self._mode == "none" or index >= self._affordable:
+            # Past the affordable retries the budget stop ends the run anyway: draw nothing,
+            # so a shared generator's stream stays exactly policy.waits() run after run.
             return delay
         if not self._stateful:
             return apply_jitter(self._mode, delay, 0.0, self._base, self.rng)
@@ -237,7 +242,7 @@ def budget_state(retry_state: RetryCallState) -> BudgetState | None:
         retries_left=max(0, run.affordable - run.attempts),
         budget=run.budget,
         elapsed=run.elapsed,
-        slept=run.slept,
+        slept=run.slept + run.slept_error,
         upcoming_sleep=run.last_sleep,
         deadline=run.deadline,
     )
@@ -258,6 +263,7 @@ class _StopRun:
         "longest",
         "reason",
         "slept",
+        "slept_error",
     )
 
     def __init__(self, budget: float, affordable: int, deadline: datetime | None) -> None:
@@ -271,7 +277,8 @@ class _StopRun:
         self.last_sleep = 0.0
         self.longest = 0.0
         self.attempts = 0
-        self.slept = 0.0
+        self.slept = 0.0  # compensated sum of the sleeps taken: slept + slept_error
+        self.slept_error = 0.0
         self.elapsed = 0.0
         self.reason = StopReason.OTHER
 
@@ -279,7 +286,7 @@ class _StopRun:
         return ExhaustionReport(
             attempts=self.attempts,
             affordable=self.affordable,
-            slept=self.slept,
+            slept=self.slept + self.slept_error,
             elapsed=self.elapsed,
             budget=self.budget,
             deadline=self.deadline,
@@ -363,12 +370,15 @@ class stop_budget(stop_base):
             took = end - run.last_end - run.last_sleep
         if took > run.longest:
             run.longest = took
+        # Being asked again means the previous sleep was taken. Sum sleeps compensated, not
+        # as tenacity's drifting float idle_for, so a schedule exactly filling the budget
+        # is not refused its last retry.
+        run.slept, run.slept_error = add_compensated(run.slept, run.slept_error, run.last_sleep)
         sleep = retry_state.upcoming_sleep
         attempt = retry_state.attempt_number
         run.last_end = end
         run.last_sleep = sleep
         run.attempts = attempt
-        run.slept = retry_state.idle_for
         run.elapsed = end - retry_state.start_time
         outcome = retry_state.outcome
         if outcome is not None:
@@ -381,7 +391,8 @@ class stop_budget(stop_base):
             stats.setdefault("idle_for", retry_state.idle_for)
             stats.setdefault("attempt_number", attempt)
 
-        reason = self._reason(run, attempt, retry_state.idle_for + sleep, sleep)
+        total, error = add_compensated(run.slept, run.slept_error, sleep)
+        reason = self._reason(run, attempt, total + error, sleep)
         if reason is None:
             return False
         run.reason = reason
