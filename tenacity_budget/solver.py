@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from fractions import Fraction
 
 __all__ = [
     "add_compensated",
@@ -38,10 +37,15 @@ __all__ = [
 # cap), where a "step" is below float resolution anyway; the bound keeps every call finite.
 _MAX_CORRECTIONS = 64
 _LOG_MAX = math.log(1.7976931348623157e308)
-# Up to this many uncapped delays, sums are taken over the float delays themselves
-# (math.fsum, correctly rounded), so every decision on them is exact; past it, the
-# closed form. Either way a bounded amount of work: constant time in the answer.
+# Up to this many delays below the cap, sums are taken over the float delays themselves
+# (exactly), so every decision on them is exact; past it, the closed form. Either way the
+# work is bounded by this constant, whatever the answer: no loop runs over the retries.
 _EXACT_TERMS = 64
+# Decisions closer than this (relative) to a boundary are re-decided exactly; the closed
+# form's own error is about 1e-12 relative, far inside it.
+_REL_TOL = 1e-9
+# Below this a float quotient is an exact integer count; above it, divide exactly.
+_FLOAT_INTS = 2.0**52
 
 
 def add_compensated(total: float, error: float, x: float) -> tuple[float, float]:
@@ -163,22 +167,37 @@ def _geometric_sum(base: float, factor: float, n: float) -> float:
     return base * growth / r
 
 
-def _uncapped_sum(base: float, factor: float, n: int) -> float:
-    """``S(n)`` for ``n`` uncapped delays: the correctly rounded sum of the float delays
-    themselves while there are few of them (at most ``_EXACT_TERMS``), else closed form."""
-    if n <= _EXACT_TERMS:
-        return math.fsum(_raw(base, factor, i) for i in range(n))
-    return _geometric_sum(base, factor, n)
+def _dyadic_sum(terms: list[float]) -> tuple[int, int]:
+    """The exact sum of floats as ``(numerator, denominator)``, the denominator a power of two.
+
+    Floats are dyadic rationals, so exact sums need only integer shifts and additions: no
+    ``Fraction`` objects and no gcd per term.
+    """
+    numerator, denominator = 0, 1
+    for term in terms:
+        num, den = term.as_integer_ratio()
+        if den > denominator:
+            numerator *= den // denominator
+            denominator = den
+        else:
+            num *= denominator // den
+        numerator += num
+    return numerator, denominator
 
 
 def _excess(base: float, factor: float, n: int, duration: float, budget: float) -> float:
-    """Sign of ``S(n) + (n + 1) * duration - budget``, decided exactly for small ``n``."""
-    if n <= _EXACT_TERMS:
-        terms = [_raw(base, factor, i) for i in range(n)]
-        terms += [duration] * (n + 1)
-        terms.append(-budget)
-        return math.fsum(terms)  # correctly rounded, so its sign is the exact sign
-    return _geometric_sum(base, factor, n) + (n + 1.0) * duration - budget
+    """``S(n) + (n + 1) * duration - budget``, with an exact sign whenever it matters.
+
+    The closed form is accurate to about 1e-12 relative; when the result is closer to zero
+    than ``_REL_TOL`` of the magnitudes involved and there are few delays, the sign is
+    decided over the float delays themselves (``math.fsum`` is correctly rounded).
+    """
+    head = _geometric_sum(base, factor, n)
+    fixed = (n + 1.0) * duration
+    value = head + fixed - budget
+    if abs(value) > _REL_TOL * (head + fixed + budget) or n > _EXACT_TERMS:
+        return value
+    return math.fsum([*(_raw(base, factor, i) for i in range(n)), *[duration] * (n + 1), -budget])
 
 
 def total_delay(n: int, base: float, factor: float, cap: float) -> float:
@@ -187,9 +206,8 @@ def total_delay(n: int, base: float, factor: float, cap: float) -> float:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n!r}")
     k = capped_index(base, factor, cap)
-    if n <= k:
-        return _uncapped_sum(base, factor, n)
-    return _uncapped_sum(base, factor, k) + (n - k) * cap
+    head = _geometric_sum(base, factor, min(n, k))
+    return head if n <= k else head + (n - k) * cap
 
 
 def _uncapped_count(budget: float, base: float, factor: float, k: int, duration: float) -> int:
@@ -269,11 +287,42 @@ def compute_max_attempts(
     if budget <= 0 or duration > budget:
         return 0
     k = capped_index(base, factor, cap)
-    s_k = _uncapped_sum(base, factor, k)
+    s_k = _geometric_sum(base, factor, k)
     if s_k == math.inf:
         return _uncapped_count(budget, base, factor, k, duration)
-    left = Fraction(budget) - Fraction(s_k) - (k + 1) * Fraction(duration)
+    fixed = (k + 1) * duration
+    per = cap + duration
+    left = budget - s_k - fixed
+    slack = _REL_TOL * (budget + s_k + fixed)
+    if left < -slack:
+        return _uncapped_count(budget, base, factor, k, duration)
+    if left > slack:
+        # Past the cap every further retry costs exactly cap + duration: one division.
+        q = left / per
+        if q < _FLOAT_INTS:
+            whole = math.floor(q)
+            if q - whole > slack / per and whole + 1 - q > slack / per:
+                return k + whole
+    # Near a boundary (or beyond float integers): decide it exactly.
+    return _exact_count(budget, base, factor, cap, duration, k, s_k)
+
+
+def _exact_count(
+    budget: float, base: float, factor: float, cap: float, duration: float, k: int, s_k: float
+) -> int:
+    """The capped-tail division in exact integer arithmetic (floats are dyadic rationals)."""
+    if k <= _EXACT_TERMS:
+        spent = _dyadic_sum([_raw(base, factor, i) for i in range(k)])
+    else:
+        spent = s_k.as_integer_ratio()
+    (b, b_den), (c, c_den), (d, d_den) = (
+        budget.as_integer_ratio(),
+        cap.as_integer_ratio(),
+        duration.as_integer_ratio(),
+    )
+    spent_num, spent_den = spent
+    den = max(b_den, c_den, d_den, spent_den)
+    left = b * (den // b_den) - spent_num * (den // spent_den) - (k + 1) * d * (den // d_den)
     if left < 0:
         return _uncapped_count(budget, base, factor, k, duration)
-    # Every further retry costs exactly cap + duration: one exact division, no loop.
-    return k + int(left // (Fraction(cap) + Fraction(duration)))
+    return k + left // (c * (den // c_den) + d * (den // d_den))
