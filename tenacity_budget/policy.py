@@ -9,7 +9,7 @@ many retries its budget affords and hands out tenacity strategies that enforce i
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
@@ -97,6 +97,17 @@ class BackoffPolicy(BaseModel):
         self._max_attempts = affordable
         self._capped_index = capped_index(self.base, self.factor, self.cap)
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy, re-validated when ``update`` changes fields.
+
+        pydantic's ``model_copy(update=...)`` skips validation, which here would keep the
+        old ``max_attempts()`` for a new budget: a silently wrong schedule. Updates are
+        therefore validated like a new policy.
+        """
+        if not update:
+            return super().model_copy(deep=deep)
+        return self.model_validate({**self.model_dump(), **update})
 
     # -- derived figures ------------------------------------------------------------------
 

@@ -368,3 +368,13 @@ def test_one_wait_per_affordable_retry_when_the_sum_is_exactly_the_budget() -> N
     policy = BackoffPolicy(base=0.1, cap=0.1, max_elapsed=1.6, jitter="none")
     assert policy.max_attempts() == 16
     assert policy.waits() == [0.1] * 16
+
+
+def test_model_copy_with_update_is_validated_and_re_derived() -> None:
+    policy = BackoffPolicy(base=1, cap=60, max_elapsed=300, jitter="none")
+    longer = policy.model_copy(update={"max_elapsed": 2592000})
+    assert longer.max_attempts() == 43204
+    assert longer.waits()[-1] == 60.0
+    with pytest.raises(ValidationError, match="cap"):
+        policy.model_copy(update={"max_elapsed": 30})
+    assert policy.model_copy() == policy
