@@ -375,6 +375,6 @@ def test_model_copy_with_update_is_validated_and_re_derived() -> None:
     longer = policy.model_copy(update={"max_elapsed": 2592000})
     assert longer.max_attempts() == 43204
     assert longer.waits()[-1] == 60.0
-    with pytest.raises(ValidationError, match="cap"):
+    with pytest.raises(pydantic.ValidationError, match="cap"):
         policy.model_copy(update={"max_elapsed": 30})
     assert policy.model_copy() == policy
