@@ -24,7 +24,7 @@ from tenacity.wait import wait_base
 
 from .exhaustion import STATE_ATTR, ExhaustionReport, StopReason
 from .jitter import apply_jitter
-from .solver import add_compensated, nominal_delay
+from .solver import nominal_delay
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -170,11 +170,12 @@ class wait_budget(wait_base):
         return wait
 
     def _run(self, retry_state: RetryCallState) -> _WaitRun:
-        state = retry_state.__dict__
-        run: _WaitRun | None = state.get(self._key)
+        # By attribute, not through __dict__ (see stop_budget.__call__).
+        run: _WaitRun | None = getattr(retry_state, self._key, None)
         if run is None:
             rng = random.Random(self.seed) if self.seed is not None else self.rng
-            run = state[self._key] = _WaitRun(rng)
+            run = _WaitRun(rng)
+            setattr(retry_state, self._key, run)
         return run
 
     def _dictated(self, retry_state: RetryCallState) -> float | None:
@@ -233,7 +234,7 @@ def budget_state(retry_state: RetryCallState) -> BudgetState | None:
     Meant for ``before_sleep`` and ``after`` hooks: tenacity asks the stop before it sleeps,
     so in ``before_sleep`` this describes the retry about to be made.
     """
-    run: _StopRun | None = retry_state.__dict__.get(_LATEST)
+    run: _StopRun | None = getattr(retry_state, _LATEST, None)
     if run is None:
         return None
     return BudgetState(
@@ -341,8 +342,7 @@ class stop_budget(stop_base):
 
     def run_state(self, retry_state: RetryCallState) -> _StopRun:
         """This run's record, created (and its deadline resolved) on first use."""
-        state = retry_state.__dict__
-        run: _StopRun | None = state.get(self._key)
+        run: _StopRun | None = getattr(retry_state, self._key, None)
         if run is None:
             deadline = self.deadline
             if deadline is not None and not isinstance(deadline, datetime):
@@ -351,12 +351,18 @@ class stop_budget(stop_base):
             own = self._policy_deadline
             if own is not None and (deadline is None or own < deadline):
                 deadline = own
-            run = state[self._key] = _StopRun(self._max_elapsed, self._max_attempts, deadline)
-            state[_LATEST] = run
+            run = _StopRun(self._max_elapsed, self._max_attempts, deadline)
+            setattr(retry_state, self._key, run)
+            setattr(retry_state, _LATEST, run)
         return run
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        run = self.run_state(retry_state)
+        # This runs before every retry: kept flat (no helper calls on the common path) and
+        # reading the retry state by attribute, never through its __dict__, which on
+        # CPython 3.11 slows every later attribute access on it, tenacity's own included.
+        run: _StopRun | None = getattr(retry_state, self._key, None)
+        if run is None:
+            run = self.run_state(retry_state)
         # Every duration here is a difference of tenacity's own monotonic readings (attempt
         # ends and the run's start), so they share one clock whatever patches time in tests.
         end = retry_state.outcome_timestamp
@@ -364,52 +370,54 @@ class stop_budget(stop_base):
             end = time.monotonic()
         # This attempt's duration. After a sleep the attempt began no earlier than the end of
         # the previous one plus the sleep, so this over-estimates, never under-estimates.
-        if run.last_end is None:
-            took = end - retry_state.start_time
-        else:
-            took = end - run.last_end - run.last_sleep
+        last_end = run.last_end
+        took = end - retry_state.start_time if last_end is None else end - last_end - run.last_sleep
         if took > run.longest:
             run.longest = took
-        # Being asked again means the previous sleep was taken. Sum sleeps compensated, not
-        # as tenacity's drifting float idle_for, so a schedule exactly filling the budget
-        # is not refused its last retry.
-        run.slept, run.slept_error = add_compensated(run.slept, run.slept_error, run.last_sleep)
+        # Being asked again means the previous sleep was taken. Sum the sleeps compensated
+        # (Neumaier; see solver.add_compensated), not as tenacity's drifting float idle_for,
+        # so a schedule that exactly fills the budget is not refused its last retry.
+        total, error, x = run.slept, run.slept_error, run.last_sleep
+        t = total + x
+        error += (total - t) + x if total >= x else (x - t) + total
+        total = run.slept = t
+        run.slept_error = error
         sleep = retry_state.upcoming_sleep
         attempt = retry_state.attempt_number
         run.last_end = end
         run.last_sleep = sleep
         run.attempts = attempt
-        run.elapsed = end - retry_state.start_time
+        elapsed = run.elapsed = end - retry_state.start_time
         outcome = retry_state.outcome
         if outcome is not None:
             setattr(outcome, STATE_ATTR, run)
         # tenacity's @retry shares one statistics dict between concurrent calls of a function
         # and another thread's begin() may have just cleared it, so the `+=` tenacity does
         # right after this stop would raise KeyError (jd/tenacity#701). Put the keys back.
-        stats = retry_state.retry_object.statistics
-        if "idle_for" not in stats or "attempt_number" not in stats:
+        local = getattr(retry_state.retry_object, "_local", None)  # thread-local, tenacity 9
+        stats = getattr(local, "statistics", None)
+        if stats is not None and ("idle_for" not in stats or "attempt_number" not in stats):
             stats.setdefault("idle_for", retry_state.idle_for)
             stats.setdefault("attempt_number", attempt)
 
-        total, error = add_compensated(run.slept, run.slept_error, sleep)
-        reason = self._reason(run, attempt, total + error, sleep)
+        # The four checks, in order; the first that fails is the report's reason.
+        if _testing_attempts is not None:
+            reason = StopReason.COUNT if attempt >= _testing_attempts else None
+        elif attempt > self._max_attempts:
+            reason = StopReason.COUNT
+        else:
+            t = total + sleep
+            error += (total - t) + sleep if total >= sleep else (sleep - t) + total
+            need = sleep + (self._duration if self._duration > run.longest else run.longest)
+            if t + error > self._max_elapsed:
+                reason = StopReason.SLEEP_BUDGET
+            elif elapsed + need > self._max_elapsed:
+                reason = StopReason.WALL_CLOCK
+            elif run.deadline_ts != math.inf and time.time() + need > run.deadline_ts:
+                reason = StopReason.DEADLINE
+            else:
+                return False
         if reason is None:
             return False
         run.reason = reason
         return True
-
-    def _reason(
-        self, run: _StopRun, attempt: int, slept_after: float, sleep: float
-    ) -> StopReason | None:
-        if _testing_attempts is not None:
-            return StopReason.COUNT if attempt >= _testing_attempts else None
-        if attempt > self._max_attempts:
-            return StopReason.COUNT
-        if slept_after > self._max_elapsed:
-            return StopReason.SLEEP_BUDGET
-        need = sleep + max(self._duration, run.longest)
-        if run.elapsed + need > self._max_elapsed:
-            return StopReason.WALL_CLOCK
-        if run.deadline_ts != math.inf and time.time() + need > run.deadline_ts:
-            return StopReason.DEADLINE
-        return None
