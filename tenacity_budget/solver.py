@@ -93,6 +93,10 @@ def capped_index(base: float, factor: float, cap: float) -> int:
     geometrically and every delay from ``k`` on is exactly ``cap``. Constant time.
     """
     _check(base, factor, cap)
+    return _capped_index(base, factor, cap)
+
+
+def _capped_index(base: float, factor: float, cap: float) -> int:
     if base >= cap:
         return 0
     # log(cap) - log(base), not log(cap / base): the ratio can overflow.
@@ -205,7 +209,7 @@ def total_delay(n: int, base: float, factor: float, cap: float) -> float:
     _check(base, factor, cap)
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n!r}")
-    k = capped_index(base, factor, cap)
+    k = _capped_index(base, factor, cap)
     head = _geometric_sum(base, factor, min(n, k))
     return head if n <= k else head + (n - k) * cap
 
@@ -286,7 +290,7 @@ def compute_max_attempts(
     duration = float(attempt_duration)
     if budget <= 0 or duration > budget:
         return 0
-    k = capped_index(base, factor, cap)
+    k = _capped_index(base, factor, cap)
     s_k = _geometric_sum(base, factor, k)
     if s_k == math.inf:
         return _uncapped_count(budget, base, factor, k, duration)

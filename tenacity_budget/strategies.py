@@ -148,6 +148,8 @@ class wait_budget(wait_base):
         return nominal_delay(retry_index, self._base, self._factor, self._cap)
 
     def __call__(self, retry_state: RetryCallState) -> float:
+        # Runs before every retry: the common modes are computed inline, with exactly the
+        # arithmetic of jitter.apply_jitter, so runs replay policy.waits() bit for bit.
         if _testing_attempts is not None:
             return 0.0
         if self.retry_after is not None:
@@ -157,17 +159,32 @@ class wait_budget(wait_base):
                     self._run(retry_state).previous = dictated
                 return dictated
         index = retry_state.attempt_number - 1
-        delay = self.nominal(index)
-        if self._mode == "none" or index >= self._affordable:
+        cap = self._cap
+        if index >= self._capped_from:
+            delay = cap
+        else:
+            try:
+                delay = self._base * self._factor**index  # as solver._raw computes it
+            except OverflowError:  # factor**index alone overflows; the product may not
+                delay = nominal_delay(index, self._base, self._factor, cap)
+            if delay > cap:
+                delay = cap
+        mode = self._mode
+        if mode == "none" or index >= self._affordable:
             # Past the affordable retries the budget stop ends the run anyway: draw nothing,
             # so a shared generator's stream stays exactly policy.waits() run after run.
             return delay
-        if not self._stateful:
-            return apply_jitter(self._mode, delay, 0.0, self._base, self.rng)
-        run = self._run(retry_state)
-        wait = apply_jitter(self._mode, delay, run.previous, self._base, run.rng)
-        run.previous = wait
-        return wait
+        if self._stateful:
+            run = self._run(retry_state)
+            wait = apply_jitter(mode, delay, run.previous, self._base, run.rng)
+            run.previous = wait
+            return wait
+        draw = (self.rng or random).random()
+        if mode == "full":
+            return delay * draw  # never above delay: rounding is monotone, draw < 1
+        half = delay / 2
+        wait = half + (delay - half) * draw
+        return wait if wait < delay else delay
 
     def _run(self, retry_state: RetryCallState) -> _WaitRun:
         # By attribute, not through __dict__ (see stop_budget.__call__).
@@ -394,11 +411,14 @@ class stop_budget(stop_base):
         # tenacity's @retry shares one statistics dict between concurrent calls of a function
         # and another thread's begin() may have just cleared it, so the `+=` tenacity does
         # right after this stop would raise KeyError (jd/tenacity#701). Put the keys back.
-        local = getattr(retry_state.retry_object, "_local", None)  # thread-local, tenacity 9
-        stats = getattr(local, "statistics", None)
-        if stats is not None and ("idle_for" not in stats or "attempt_number" not in stats):
-            stats.setdefault("idle_for", retry_state.idle_for)
-            stats.setdefault("attempt_number", attempt)
+        try:
+            stats = retry_state.retry_object._local.statistics  # thread-local, tenacity 9
+        except AttributeError:
+            pass
+        else:
+            if "idle_for" not in stats or "attempt_number" not in stats:
+                stats.setdefault("idle_for", retry_state.idle_for)
+                stats.setdefault("attempt_number", attempt)
 
         # The four checks, in order; the first that fails is the report's reason.
         if _testing_attempts is not None:
