@@ -506,7 +506,7 @@ class CeleryBudget:
         # remaining() inside the task counts down to the run's wall-clock end.
         deadline_token = _CURRENT_DEADLINE.set(end)
         try:
-            with remaining_until(end, attempt=retries + 1):
+            with remaining_until(end):
                 return fn(task, *args, **kwargs)
         except self.retry_on as exc:
             if isinstance(exc, TaskPredicate):

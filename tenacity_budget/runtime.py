@@ -58,15 +58,14 @@ class RetryObserver(Protocol):
 
 
 class _Run:
-    """The current run as :func:`remaining` and the observers see it."""
+    """The current run as :func:`remaining` sees it."""
 
-    __slots__ = ("attempts", "budget_end", "deadline_ts", "last")
+    __slots__ = ("budget_end", "deadline_ts", "last")
 
     def __init__(self) -> None:
         self.budget_end: float | None = None  # monotonic
         self.deadline_ts = math.inf  # epoch seconds
         self.last = math.inf  # the smallest value remaining() has returned
-        self.attempts = 0
 
 
 _CURRENT_RUN: ContextVar[_Run | None] = ContextVar("tenacity_budget_run", default=None)
@@ -95,7 +94,7 @@ def remaining() -> float | None:
 
 
 @contextmanager
-def remaining_until(end: datetime, *, attempt: int = 1) -> Iterator[None]:
+def remaining_until(end: datetime) -> Iterator[None]:
     """Inside the block, :func:`remaining` counts down to the wall-clock instant ``end``.
 
     For integrations that run attempts themselves rather than through tenacity (the
@@ -106,7 +105,6 @@ def remaining_until(end: datetime, *, attempt: int = 1) -> Iterator[None]:
     run = _Run()
     run.budget_end = time.monotonic() + (end.timestamp() - time.time())
     run.deadline_ts = end.timestamp()
-    run.attempts = attempt
     token = _CURRENT_RUN.set(run)
     try:
         yield
@@ -183,24 +181,41 @@ class BudgetedRetry:
         self._user_error_callback = kwargs.pop("retry_error_callback", None)
         self._reraise = bool(kwargs.pop("reraise", False))
         self._error_cls: type[RetryError] = kwargs.pop("retry_error_cls", BudgetExhausted)
+        # Hooks cost time on every attempt: install ours only where they have work to do.
+        # A fixed deadline is known before the run; a callable one needs the run's state.
+        self._deadline_callable = deadline is not None and not isinstance(deadline, datetime)
+        fixed = [d for d in (deadline, policy.deadline) if isinstance(d, datetime)]
+        self._fixed_deadline_ts = min(d.timestamp() for d in fixed) if fixed else math.inf
         self._retrying_kwargs: dict[str, Any] = {
             **kwargs,
             "wait": wait,
             "stop": stop,
-            "before": self._before,
-            "before_sleep": self._before_sleep,
             "retry_error_callback": self._give_up,
         }
+        if self._deadline_callable:
+            self._retrying_kwargs["before"] = self._before
+        elif self._user_before is not None:
+            self._retrying_kwargs["before"] = self._user_before
+        if self.observers:
+            self._retrying_kwargs["before_sleep"] = self._before_sleep
+        elif self._user_before_sleep is not None:
+            self._retrying_kwargs["before_sleep"] = self._user_before_sleep
+
+    def _new_run(self) -> _Run:
+        """The record remaining() reads, for a run starting now."""
+        run = _Run()
+        run.budget_end = time.monotonic() + self.policy.max_elapsed
+        run.deadline_ts = self._fixed_deadline_ts
+        return run
 
     # -- tenacity hooks -------------------------------------------------------------------
 
     def _before(self, retry_state: RetryCallState) -> None:
-        run = _CURRENT_RUN.get()
-        if run is not None:
-            if run.budget_end is None:
-                run.budget_end = time.monotonic() + self.policy.max_elapsed
+        # Only installed for a deadline callable: resolve it (once) for remaining().
+        if retry_state.attempt_number == 1:
+            run = _CURRENT_RUN.get()
+            if run is not None:
                 run.deadline_ts = self.stop.run_state(retry_state).deadline_ts
-            run.attempts = retry_state.attempt_number
         if self._user_before is not None:
             self._user_before(retry_state)
 
@@ -253,8 +268,7 @@ class BudgetedRetry:
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                run = _Run()
-                token = _CURRENT_RUN.set(run)
+                token = _CURRENT_RUN.set(self._new_run())
                 try:
                     for observer in observers:
                         observer.on_call(name)
@@ -262,7 +276,7 @@ class BudgetedRetry:
                     attrs.statistics = retrying.statistics
                     result = await retrying(fn, *args, **kwargs)
                     for observer in observers:
-                        observer.on_success(name, run.attempts)
+                        observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
                 finally:
                     _CURRENT_RUN.reset(token)
@@ -272,8 +286,7 @@ class BudgetedRetry:
 
             @functools.wraps(fn)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                run = _Run()
-                token = _CURRENT_RUN.set(run)
+                token = _CURRENT_RUN.set(self._new_run())
                 try:
                     for observer in observers:
                         observer.on_call(name)
@@ -281,7 +294,7 @@ class BudgetedRetry:
                     attrs.statistics = retrying.statistics
                     result = retrying(fn, *args, **kwargs)
                     for observer in observers:
-                        observer.on_success(name, run.attempts)
+                        observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
                 finally:
                     _CURRENT_RUN.reset(token)
