@@ -1,0 +1,468 @@
+"""Benchmark 2: per-retry overhead against tenacity, stamina and backoff, sleeps as no-ops.
+
+A function fails ``k`` times, then succeeds. Each library retries it with its sleeps
+replaced by no-ops, so what is timed is the retry machinery alone:
+
+* ``tenacity floor``: ``wait_none()`` + ``stop_never`` (tenacity's own minimum);
+* ``tenacity wait_random_exponential + stop_after_attempt``: the reference pair;
+* ``tenacity wait_exponential + stop_before_delay``;
+* ``stamina``: ``stamina.retry`` in testing mode (``stamina.set_testing(True, ...)``), its
+  logging and Prometheus retry hooks switched off so only its retry machinery is timed;
+* ``backoff``: ``backoff.on_exception(backoff.expo, ..., max_tries=...)``, ``time.sleep``
+  patched to a no-op for the run (backoff calls it directly);
+* ``ours wait()+stop()``: ``tenacity.retry(wait=policy.wait(), stop=policy.stop())`` with the
+  budget, wall-clock and deadline checks all on (the policy carries a deadline);
+* ``ours policy.retry()``: the decorator, adding ``remaining()``, observers and the report.
+
+Per-retry time is a call's time divided by ``k``; the marginal per-retry time is
+``(T(k) - T(0)) / k``. A candidate's ratio to the reference is, in each round, the median
+over interleaved batches of the two batch times' ratio (batches timed back to back); the
+headline is the median over rounds. Separately, one call of each wait and stop strategy is timed in
+isolation on a prepared retry state. Target (issue 5): ours within 5% of tenacity's own
+``wait_random_exponential + stop_after_attempt`` end to end. Run::
+
+    python -m benchmarks.overhead [--k 10] [--repeat 40] [--rounds 5] [--quick] [--profile]
+
+``--profile`` adds a cProfile breakdown of where our per-retry time goes, by function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import pstats
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+from unittest import mock
+
+import tenacity
+from tenacity import RetryCallState, Retrying
+
+from tenacity_budget import BackoffPolicy
+
+from ._common import (
+    Timing,
+    command_line,
+    fmt_ns,
+    interleaved,
+    noop_sleep,
+    paired_ratio,
+    write_results,
+)
+
+__all__ = [
+    "ABLATIONS",
+    "KINDS",
+    "OURS",
+    "REFERENCE",
+    "Flaky",
+    "build_end_to_end",
+    "build_strategies",
+    "main",
+    "no_sleep",
+    "profile_ours",
+    "retry_state",
+    "run",
+]
+
+REFERENCE = "tenacity wait_random_exponential + stop_after_attempt"
+"""The candidate every ratio is taken against."""
+
+OURS = ("ours wait()+stop()", "ours policy.retry()")
+
+ABLATIONS = (
+    "ablation: ours wait() + tenacity stop_after_attempt",
+    "ablation: tenacity wait_random_exponential + ours stop()",
+    "ablation: ours wait()+stop(), no deadline",
+    "ablation: reference pair, its stop reading retry_state.__dict__",
+)
+"""Half-and-half pairs that tell which of our two strategies costs what, end to end."""
+
+BASE, CAP, BUDGET = 0.1, 5.0, 3600.0
+"""Backoff parameters shared by every library (seconds): first wait, cap, total budget."""
+
+MANY = 1_000
+"""An attempt limit no run reaches (``k`` stays far below it)."""
+
+T = TypeVar("T")
+
+
+class Flaky:
+    """Failures still to raise, and :attr:`fn`: a function raising ``ValueError`` until none are
+    left, then returning ``1`` (a real function, as every decorator expects one)."""
+
+    __slots__ = ("fn", "left")
+
+    def __init__(self) -> None:
+        self.left = 0
+
+        def flaky() -> int:
+            if self.left:
+                self.left -= 1
+                raise ValueError("transient")
+            return 1
+
+        self.fn: Callable[[], int] = flaky
+
+
+class _DictReadingStop(tenacity.stop_after_attempt):
+    """``stop_after_attempt`` that also reads ``retry_state.__dict__``, as a store of per-run
+    state there does. On CPython 3.11+ that materialises the instance dict and de-optimises
+    every later attribute access on the retry state, in tenacity's own code too."""
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        if retry_state.__dict__ is None:  # never true; the read is the point
+            return True
+        return super().__call__(retry_state)
+
+
+def _policy(jitter: Any = "full", deadline: bool = True) -> BackoffPolicy:
+    return BackoffPolicy(
+        base=BASE,
+        factor=2.0,
+        cap=CAP,
+        max_elapsed=BUDGET,
+        jitter=jitter,
+        deadline=datetime.now(UTC) + timedelta(days=30) if deadline else None,
+    )
+
+
+@contextlib.contextmanager
+def no_sleep() -> Iterator[None]:
+    """Patch ``time.sleep`` to a no-op (backoff and stamina's tenacity call it directly)."""
+    with mock.patch.object(time, "sleep", noop_sleep):
+        yield
+
+
+@contextlib.contextmanager
+def stamina_testing() -> Iterator[None]:
+    """Stamina in testing mode (no backoff, ``MANY`` attempts), its retry hooks off."""
+    import stamina
+    import stamina.instrumentation
+
+    hooks = stamina.instrumentation.get_on_retry_hooks()
+    stamina.instrumentation.set_on_retry_hooks([])
+    try:
+        with stamina.set_testing(True, attempts=MANY):
+            yield
+    finally:
+        stamina.instrumentation.set_on_retry_hooks(hooks)
+
+
+def _decorated(kind: str, fn: Callable[[], int]) -> Callable[[], int]:
+    """``fn`` retried by the library ``kind`` names, with no-op sleeps."""
+    tr = tenacity
+    if kind == "tenacity floor":
+        return tr.retry(wait=tr.wait_none(), stop=tr.stop_never, sleep=noop_sleep)(fn)
+    if kind == REFERENCE:
+        return tr.retry(
+            wait=tr.wait_random_exponential(multiplier=BASE, max=CAP),
+            stop=tr.stop_after_attempt(MANY),
+            sleep=noop_sleep,
+        )(fn)
+    if kind == "tenacity wait_exponential + stop_before_delay":
+        return tr.retry(
+            wait=tr.wait_exponential(multiplier=BASE, max=CAP),
+            stop=tr.stop_before_delay(BUDGET),
+            sleep=noop_sleep,
+        )(fn)
+    if kind == "stamina (testing mode)":
+        import stamina
+
+        return stamina.retry(on=ValueError, attempts=MANY, wait_initial=BASE, wait_max=CAP)(fn)
+    if kind == "backoff (on_exception, expo)":
+        import backoff
+
+        decorator = backoff.on_exception(
+            backoff.expo, ValueError, max_tries=MANY, factor=BASE, max_value=CAP
+        )
+        return decorator(fn)
+    policy = _policy()
+    if kind == "ours wait()+stop()":
+        return tr.retry(wait=policy.wait(), stop=policy.stop(), sleep=noop_sleep)(fn)
+    if kind == "ours policy.retry()":
+        return policy.retry(sleep=noop_sleep)(fn)
+    if kind == ABLATIONS[0]:
+        return tr.retry(wait=policy.wait(), stop=tr.stop_after_attempt(MANY), sleep=noop_sleep)(fn)
+    if kind == ABLATIONS[1]:
+        wait = tr.wait_random_exponential(multiplier=BASE, max=CAP)
+        return tr.retry(wait=wait, stop=policy.stop(), sleep=noop_sleep)(fn)
+    if kind == ABLATIONS[2]:
+        plain = _policy(deadline=False)
+        return tr.retry(wait=plain.wait(), stop=plain.stop(), sleep=noop_sleep)(fn)
+    if kind == ABLATIONS[3]:
+        wait = tr.wait_random_exponential(multiplier=BASE, max=CAP)
+        return tr.retry(wait=wait, stop=_DictReadingStop(MANY), sleep=noop_sleep)(fn)
+    raise ValueError(f"unknown candidate {kind!r}")
+
+
+KINDS: tuple[str, ...] = (
+    "tenacity floor",
+    REFERENCE,
+    "tenacity wait_exponential + stop_before_delay",
+    "stamina (testing mode)",
+    "backoff (on_exception, expo)",
+    *OURS,
+    *ABLATIONS,
+)
+"""Every end-to-end candidate, in the order printed."""
+
+
+def build_end_to_end(k: int) -> dict[str, Callable[[], object]]:
+    """One zero-argument callable per candidate: a call that fails ``k`` times, then succeeds."""
+    candidates: dict[str, Callable[[], object]] = {}
+    for kind in KINDS:
+        flaky = Flaky()
+        decorated = _decorated(kind, flaky.fn)
+
+        def call(flaky: Flaky = flaky, decorated: Callable[[], int] = decorated) -> int:
+            flaky.left = k
+            return decorated()
+
+        if call() != 1 or flaky.left != 0:  # each candidate really retries k times
+            raise RuntimeError(f"{kind} did not retry {k} times")
+        candidates[kind] = call
+    return candidates
+
+
+def retry_state(attempt: int = 5, upcoming_sleep: float = 1.0) -> RetryCallState:
+    """A retry state as a stop strategy sees it: attempt ``attempt`` just failed."""
+    state = RetryCallState(Retrying(sleep=noop_sleep), fn=None, args=(), kwargs={})
+    state.attempt_number = attempt
+    try:
+        raise ValueError("transient")
+    except ValueError as exc:
+        state.set_exception((ValueError, exc, exc.__traceback__))
+    state.idle_for = 3.0
+    state.upcoming_sleep = upcoming_sleep
+    return state
+
+
+def build_strategies() -> dict[str, Callable[[], object]]:
+    """One call of each wait and stop strategy, on a prepared retry state."""
+    tr = tenacity
+    rng = random.Random(7)
+    waits: dict[str, Any] = {
+        "wait: tenacity wait_none": tr.wait_none(),
+        "wait: tenacity wait_fixed": tr.wait_fixed(1),
+        "wait: tenacity wait_exponential": tr.wait_exponential(multiplier=BASE, max=CAP),
+        "wait: tenacity wait_random_exponential": tr.wait_random_exponential(
+            multiplier=BASE, max=CAP
+        ),
+        "wait: tenacity wait_exponential_jitter": tr.wait_exponential_jitter(
+            multiplier=BASE, max=CAP
+        ),
+        'wait: ours jitter="none"': _policy("none").wait(),
+        'wait: ours jitter="full"': _policy("full").wait(),
+        'wait: ours jitter="full", rng=': _policy("full").wait(rng=rng),
+        'wait: ours jitter="full", seed=': _policy("full").wait(seed=7),
+        'wait: ours jitter="equal"': _policy("equal").wait(),
+        'wait: ours jitter="decorrelated"': _policy("decorrelated").wait(),
+    }
+    stops: dict[str, Any] = {
+        "stop: tenacity stop_never": tr.stop_never,
+        "stop: tenacity stop_after_attempt": tr.stop_after_attempt(MANY),
+        "stop: tenacity stop_after_delay": tr.stop_after_delay(BUDGET),
+        "stop: tenacity stop_before_delay": tr.stop_before_delay(BUDGET),
+        "stop: ours (budget, wall clock)": _policy(deadline=False).stop(),
+        "stop: ours (budget, wall clock, deadline)": _policy().stop(),
+    }
+    candidates: dict[str, Callable[[], object]] = {}
+    for name, strategy in {**waits, **stops}.items():
+        state = retry_state()
+        strategy(state)  # the first call creates per-run state; time the steady state
+
+        def call(strategy: Any = strategy, state: RetryCallState = state) -> object:
+            return strategy(state)
+
+        candidates[name] = call
+    return candidates
+
+
+def profile_ours(k: int, calls: int = 3_000) -> dict[str, Any]:
+    """cProfile the reference pair and ours; time per retry by function (cProfile inflates).
+
+    Returns, per candidate, the profiled time per retry and the functions of
+    ``tenacity_budget`` (and the largest others) with their own time per retry.
+    """
+    out: dict[str, Any] = {}
+    root = str(Path(__file__).resolve().parent.parent / "tenacity_budget")
+    for kind in (REFERENCE, *OURS):
+        flaky = Flaky()
+        decorated = _decorated(kind, flaky.fn)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            flaky.left = k
+            decorated()
+        profiler.disable()
+        stats = pstats.Stats(profiler)
+        retries = calls * k
+        rows: list[tuple[float, str]] = []
+        total = 0.0
+        for (filename, line, func), entry in stats.stats.items():  # type: ignore[attr-defined]
+            tottime = entry[2]
+            total += tottime
+            path = Path(filename)
+            where = f"tenacity_budget/{path.name}" if filename.startswith(root) else path.name
+            rows.append((tottime, f"{where}:{line}({func})"))
+        rows.sort(reverse=True)
+        ours = sum(t for t, name in rows if name.startswith("tenacity_budget"))
+        out[kind] = {
+            "profiled_ns_per_retry": round(total / retries * 1e9, 1),
+            "tenacity_budget_ns_per_retry": round(ours / retries * 1e9, 1),
+            "top": [
+                {"function": name, "ns_per_retry": round(t / retries * 1e9, 1)}
+                for t, name in rows[:12]
+            ],
+            "tenacity_budget_functions": [
+                {"function": name, "ns_per_retry": round(t / retries * 1e9, 1)}
+                for t, name in rows
+                if name.startswith("tenacity_budget") and t > 0
+            ],
+        }
+    return out
+
+
+def _best(rounds: list[dict[str, Timing]], name: str) -> Timing:
+    """One candidate's figures over several rounds: the fastest minimum, the median median."""
+    timings = [r[name] for r in rounds]
+    return Timing(
+        number=timings[0].number,
+        repeat=sum(t.repeat for t in timings),
+        min_ns=min(t.min_ns for t in timings),
+        median_ns=statistics.median(t.median_ns for t in timings),
+    )
+
+
+def run(*, k: int, repeat: int, rounds: int = 5, profile: bool = False) -> dict[str, Any]:
+    """Time every candidate end to end (``k`` and 0 failures) and every strategy alone.
+
+    The end-to-end comparison is repeated ``rounds`` times; each round gives every
+    candidate's paired ratio to the reference (see the module docstring); the headline is
+    the median over rounds.
+    """
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    with no_sleep(), stamina_testing():
+        calls_k, calls_0 = build_end_to_end(k), build_end_to_end(0)
+        per_round = [interleaved(calls_k, repeat=repeat) for _ in range(rounds)]
+        at_0 = interleaved(calls_0, repeat=repeat)
+        strategies = interleaved(build_strategies(), repeat=repeat)
+        profiled = profile_ours(k) if profile else None
+    end_to_end: dict[str, Any] = {}
+    for kind in KINDS:
+        best = _best(per_round, kind)
+        ratios = [paired_ratio(r[kind], r[REFERENCE]) for r in per_round]
+        marginal = (best.min_ns - at_0[kind].min_ns) / k
+        end_to_end[kind] = {
+            "call_k": best.as_dict(),
+            "call_0": at_0[kind].as_dict(),
+            "per_retry_min_ns": round(best.min_ns / k, 1),
+            "per_retry_median_ns": round(best.median_ns / k, 1),
+            "marginal_per_retry_min_ns": round(marginal, 1),
+            "ratio": round(statistics.median(ratios), 3),
+            "ratio_rounds": [round(r, 3) for r in ratios],
+        }
+    ref_marginal = end_to_end[REFERENCE]["marginal_per_retry_min_ns"]
+    for kind in KINDS:
+        end_to_end[kind]["marginal_ratio"] = round(
+            end_to_end[kind]["marginal_per_retry_min_ns"] / ref_marginal, 3
+        )
+    ours_pair = (
+        strategies['wait: ours jitter="full"'].min_ns
+        + strategies["stop: ours (budget, wall clock, deadline)"].min_ns
+    )
+    ref_pair = (
+        strategies["wait: tenacity wait_random_exponential"].min_ns
+        + strategies["stop: tenacity stop_after_attempt"].min_ns
+    )
+    result: dict[str, Any] = {
+        "k": k,
+        "rounds": rounds,
+        "params": {"base": BASE, "cap": CAP, "budget": BUDGET, "attempt_limit": MANY},
+        "reference": REFERENCE,
+        "end_to_end": end_to_end,
+        "strategies": {name: t.as_dict() for name, t in strategies.items()},
+        "strategy_pair_ns": {
+            "ours full + stop(deadline)": round(ours_pair, 1),
+            "tenacity wait_random_exponential + stop_after_attempt": round(ref_pair, 1),
+            "difference": round(ours_pair - ref_pair, 1),
+        },
+        "target": "ours within 5% of the reference pair, end to end (median of the rounds' "
+        "paired ratios)",
+        "target_met": {name: bool(end_to_end[name]["ratio"] <= 1.05) for name in OURS},
+    }
+    if profiled is not None:
+        result["profile"] = profiled
+    return result
+
+
+def _print(result: dict[str, Any]) -> None:
+    k = result["k"]
+    print(f"end to end: a call failing {k} times then succeeding; per retry = call / {k}")
+    print(
+        f"{'candidate':<58} {'per retry':>10} {'median':>10} {'ratio':>6} "
+        f"{'marginal':>10} {'ratio':>6}"
+    )
+    for kind, row in result["end_to_end"].items():
+        print(
+            f"{kind:<58} {fmt_ns(row['per_retry_min_ns']):>10} "
+            f"{fmt_ns(row['per_retry_median_ns']):>10} {row['ratio']:>6.3f} "
+            f"{fmt_ns(row['marginal_per_retry_min_ns']):>10} {row['marginal_ratio']:>6.3f}"
+        )
+    print(f"\n(ratios to: {result['reference']}, same run)")
+    print("\none call of each strategy, on a prepared retry state")
+    for name, t in result["strategies"].items():
+        print(f"{name:<58} {fmt_ns(t['min_ns']):>10} {fmt_ns(t['median_ns']):>10}")
+    pair = result["strategy_pair_ns"]
+    print(
+        f"\nstrategy pair: ours {fmt_ns(pair['ours full + stop(deadline)'])} vs tenacity "
+        f"{fmt_ns(pair['tenacity wait_random_exponential + stop_after_attempt'])} "
+        f"(difference {fmt_ns(pair['difference'])} per retry)"
+    )
+    for name, met in result["target_met"].items():
+        row = result["end_to_end"][name]
+        spread = ", ".join(f"{r:.3f}" for r in row["ratio_rounds"])
+        verdict = "MET" if met else "NOT MET"
+        print(f"target (within 5%): {name}: {row['ratio']:.3f}x (rounds: {spread}) -> {verdict}")
+    for kind, prof in result.get("profile", {}).items():
+        print(
+            f"\nprofile of {kind}: {fmt_ns(prof['profiled_ns_per_retry'])} per retry under "
+            f"cProfile, {fmt_ns(prof['tenacity_budget_ns_per_retry'])} in tenacity_budget"
+        )
+        for entry in prof["tenacity_budget_functions"]:
+            print(f"   {fmt_ns(entry['ns_per_retry']):>10}  {entry['function']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--k", type=int, default=10, help="failures before the success")
+    parser.add_argument("--repeat", type=int, default=40, help="batches per candidate")
+    parser.add_argument("--rounds", type=int, default=5, help="end-to-end comparison rounds")
+    parser.add_argument("--quick", action="store_true", help="5 repeats, no result file")
+    parser.add_argument("--profile", action="store_true", help="add a cProfile breakdown")
+    args = parser.parse_args(argv)
+    result = run(
+        k=args.k,
+        repeat=5 if args.quick else args.repeat,
+        rounds=1 if args.quick else args.rounds,
+        profile=args.profile,
+    )
+    _print(result)
+    if not args.quick:
+        path = write_results("overhead", command_line("benchmarks.overhead"), result)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

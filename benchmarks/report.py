@@ -1,0 +1,492 @@
+"""Render the benchmark results into ``docs/benchmarks.md`` and the contention figures.
+
+Reads ``benchmarks/results/{solver,overhead,memory,contention}.json`` (written by the
+benchmark commands) and
+
+* replaces every generated block of ``docs/benchmarks.md`` (the lines between
+  ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``) with tables made
+  from those files, leaving the prose around them alone;
+* draws ``docs/figures/contention-writes.svg``, ``contention-time.svg`` and
+  ``contention-budget.svg`` from the contention results, deterministically (fixed
+  ``svg.hashsalt``, no date in the metadata): the same results give the same bytes.
+
+So the numbers and figures in the docs come from the same runs. Run::
+
+    python -m benchmarks.report            # rewrite the tables and the figures
+    python -m benchmarks.report --check    # exit 1 if any is stale (for CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._common import RESULTS_DIR, fmt_ns
+
+__all__ = ["FIGURES", "blocks", "figures", "main", "render_doc"]
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+FIGURE_DIR = ROOT / "docs" / "figures"
+FIGURES = ("contention-writes.svg", "contention-time.svg", "contention-budget.svg")
+"""The figures this script owns, in ``docs/figures``."""
+
+MODE_LABELS = {
+    "none": "no backoff",
+    "exponential": "exponential",
+    "full": "full jitter",
+    "equal": "equal jitter",
+    "decorrelated": "decorrelated (post)",
+    "decorrelated-bounded": "decorrelated (bounded, ours)",
+}
+MODE_STYLE = {
+    "none": ("#636363", "-"),
+    "exponential": ("#cb181d", "-"),
+    "full": ("#2171b5", "-"),
+    "equal": ("#6baed6", "--"),
+    "decorrelated": ("#238b45", "-"),
+    "decorrelated-bounded": ("#74c476", "--"),
+}
+TABLE_CLIENTS = (10, 50, 100, 150, 190)
+"""Client counts shown in the contention tables (the figures show every one)."""
+
+_BLOCK = re.compile(
+    r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)"
+    r"(<!-- END GENERATED: (?P=name) -->)",
+    re.DOTALL,
+)
+
+
+def _load(name: str) -> dict[str, Any]:
+    path = RESULTS_DIR / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run `python -m benchmarks.{name}` first")
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    marks = {"l": ":--", "r": "--:", "c": ":-:"}
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(marks[a] for a in align) + "|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _kib(n: float) -> str:
+    return f"{n / 1024:,.1f} KiB"
+
+
+# -- blocks -------------------------------------------------------------------------------
+
+
+def _machine(results: dict[str, dict[str, Any]]) -> str:
+    first = results["solver"]["machine"]
+    packages = ", ".join(f"{name} {version}" for name, version in first["packages"].items())
+    rows = [
+        [
+            f"`{data['command']}`",
+            data["date"],
+            f"`{data['machine'].get('commit') or 'unknown'}`",
+            data["machine"]["python"],
+        ]
+        for data in results.values()
+    ]
+    return (
+        f"Machine: {first['cpu']}, {first['cpus']} CPUs (`nproc`), {first['platform']}; "
+        f"{first['implementation']} {first['python']}; {packages}.\n\n"
+        + _table(["command", "date", "library at commit", "Python"], rows, "llcc")
+    )
+
+
+def _solver(data: dict[str, Any]) -> str:
+    out: list[str] = []
+    regimes: dict[str, list[dict[str, Any]]] = {}
+    for row in data["rows"]:
+        regimes.setdefault(row["regime"], []).append(row)
+    header = ["budget/base", "retries afforded", "ours (min)", "ours (median)", "seed's loop"]
+    for regime, rows in regimes.items():
+        table_rows = []
+        for row in rows:
+            retries = row["affordable"]
+            retries = retries if len(retries) <= 12 else f"{float(retries):.3g}"
+            seed = "n/a"
+            if "seed" in row:
+                seed_ns = fmt_ns(row["seed_time"]["min_ns"])
+                if row["seed"].startswith("OverflowError"):
+                    seed = f"**raises OverflowError** (after {seed_ns})"
+                else:
+                    ratio = row["seed_time"]["min_ns"] / row["ours"]["min_ns"]
+                    same = "same count" if row["seed_agrees"] else "**different count**"
+                    seed = f"{seed_ns} ({ratio:.1f}x ours; {same})"
+            table_rows.append(
+                [
+                    f"1e{round(math.log10(row['ratio']))}",
+                    retries,
+                    fmt_ns(row["ours"]["min_ns"]),
+                    fmt_ns(row["ours"]["median_ns"]),
+                    seed,
+                ]
+            )
+        out.append(f"**{regime}**\n\n" + _table(header, table_rows, "lrrrl"))
+    summary = data["summary"]
+    spreads = []
+    for regime in [*regimes, "all"]:
+        lo, md = summary[regime]["min"], summary[regime]["median"]
+        spreads.append(
+            [
+                regime,
+                f"{lo['slowest_over_fastest']:.2f}x",
+                f"{md['slowest_over_fastest']:.2f}x",
+                f"1e{round(math.log10(lo['slowest_ratio']))}",
+            ]
+        )
+    verdict = "met" if summary["target_met"] else "**not met**"
+    out.append(
+        _table(["regime", "slowest / fastest (min)", "(median)", "slowest at"], spreads, "lrrr")
+    )
+    out.append(
+        f"\nTarget, the slowest ratio within 2x of the fastest (per-call minimum, every "
+        f"regime together): {verdict}.\n"
+    )
+    return "\n".join(out)
+
+
+def _overhead(data: dict[str, Any]) -> str:
+    k = data["k"]
+    rows = []
+    for kind, row in data["end_to_end"].items():
+        rounds = ", ".join(f"{r:.3f}" for r in row["ratio_rounds"])
+        rows.append(
+            [
+                kind,
+                fmt_ns(row["per_retry_min_ns"]),
+                fmt_ns(row["per_retry_median_ns"]),
+                f"{row['ratio']:.3f} ({rounds})",
+                fmt_ns(row["marginal_per_retry_min_ns"]),
+                f"{row['marginal_ratio']:.3f}",
+            ]
+        )
+    verdicts = []
+    for name, met in data["target_met"].items():
+        ratio = data["end_to_end"][name]["ratio"]
+        verdicts.append(f"`{name}`: {ratio:.3f}x, {'met' if met else '**not met**'}")
+    return (
+        f"A call failing {k} times, then succeeding; per retry = one call / {k}; ratio to "
+        f"`{data['reference']}` in the same run: per round, the median over interleaved "
+        "batches of the ratio of two batches timed back to back; the median of "
+        f"{data['rounds']} rounds, each round in brackets. Marginal = (T(k) - T(0)) / k.\n\n"
+        + _table(
+            ["candidate", "per retry (min)", "(median)", "ratio", "marginal", "ratio"],
+            rows,
+            "lrrrrr",
+        )
+        + "\nTarget, within 5% of tenacity's own pair: "
+        + "; ".join(verdicts)
+        + ".\n"
+    )
+
+
+def _strategies(data: dict[str, Any]) -> str:
+    rows = [
+        [
+            f"`{name.split(': ', 1)[1]}`",
+            name.split(":", 1)[0],
+            fmt_ns(t["min_ns"]),
+            fmt_ns(t["median_ns"]),
+        ]
+        for name, t in data["strategies"].items()
+    ]
+    pair = data["strategy_pair_ns"]
+    return (
+        _table(["strategy", "kind", "one call (min)", "(median)"], rows, "llrr")
+        + f"\nOne wait plus one stop per retry: ours (full jitter, stop with deadline) "
+        f"{fmt_ns(pair['ours full + stop(deadline)'])}, tenacity's "
+        f"`wait_random_exponential` + `stop_after_attempt` "
+        f"{fmt_ns(pair['tenacity wait_random_exponential + stop_after_attempt'])}.\n"
+    )
+
+
+def _profile(data: dict[str, Any]) -> str:
+    profile = data.get("profile")
+    if not profile:
+        return "(run `python -m benchmarks.overhead --profile` to fill this table)\n"
+    name = "ours wait()+stop()"
+    entry = profile[name]
+    rows = [
+        [f"`{row['function']}`", fmt_ns(row["ns_per_retry"])]
+        for row in entry["tenacity_budget_functions"]
+    ]
+    return (
+        f"cProfile of `{name}`: {fmt_ns(entry['profiled_ns_per_retry'])} per retry under "
+        f"the profiler, {fmt_ns(entry['tenacity_budget_ns_per_retry'])} of it in "
+        "`tenacity_budget` (own time; the profiler inflates every Python call alike, so "
+        "read the shares, not the absolute figures).\n\n"
+        + _table(["function (file:line)", "own time per retry"], rows, "lr")
+    )
+
+
+def _memory(data: dict[str, Any]) -> str:
+    policy = data["policy"]
+    rows = [
+        [
+            f"{row['retries']:,}",
+            row["outcome"],
+            _kib(row["peak_bytes"]),
+            _kib(row["retained_bytes"][-1]),
+        ]
+        for row in data["long_run"]
+    ]
+    walk = data["iter_waits"]
+    out = (
+        f"Policy: base {policy['base']} s, cap {policy['cap']} s, max_elapsed "
+        f"{policy['max_elapsed']:,.3f} s, affording exactly {policy['max_attempts']:,} retries.\n\n"
+        + _table(["retries made", "outcome", "peak", "retained after"], rows, "rlrr")
+        + f"\nWalking `policy.iter_waits()` over all {walk['waits']:,} waits: peak "
+        f"{_kib(walk['peak_bytes'])}.\n\n"
+    )
+    conc_rows = []
+    for kind, entries in data["concurrent"].items():
+        for row in entries:
+            retained = ", ".join(_kib(b) for b in row["retained_bytes"])
+            conc_rows.append(
+                [
+                    kind,
+                    f"{row['runs']:,}",
+                    f"{row['max_in_flight']:,}",
+                    _kib(row["peak_bytes"]),
+                    f"{row['peak_bytes_per_run']:,.0f} B",
+                    retained,
+                    f"{row['growth_bytes_per_run']:.2f} B",
+                ]
+            )
+    return out + _table(
+        [
+            "decorator",
+            "runs",
+            "in flight at once",
+            "peak",
+            "peak per run",
+            "retained after each batch",
+            "growth per run",
+        ],
+        conc_rows,
+        "lrrrrrr",
+    )
+
+
+def _by(data: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(p["mode"], p["clients"]): p for p in data["points"]}
+
+
+def _contention_table(data: dict[str, Any], field: str, fmt: Callable[[Any], str]) -> str:
+    by = _by(data)
+    clients = [n for n in TABLE_CLIENTS if n in data["clients"]]
+    rows = [
+        [MODE_LABELS[mode], *(fmt(by[(mode, n)][field]) for n in clients)] for mode in data["modes"]
+    ]
+    return _table(["mode", *(f"N = {n}" for n in clients)], rows)
+
+
+def _contention_params(data: dict[str, Any]) -> str:
+    p = data["params"]
+    ref = data["reference"]
+    ratio = ref["full_over_exponential_writes"]
+    verdict = "less than half: reproduced" if ratio < 0.5 else "**not** less than half"
+    return (
+        f"Base {p['base_ms']:g} ms, cap {p['cap_ms']:g} ms, message delay "
+        f"|Normal({p['net_mean_ms']:g} ms, {p['net_sd_ms']:g} ms)|, {p['runs']} runs per point, "
+        f"seed {p['seed']}, N = {data['clients'][0]}..{data['clients'][-1]}; "
+        f"{len(data['points'])} points in {data['seconds']:.0f} s.\n\n"
+        f"Reference point: at {ref['clients']} clients full jitter needs "
+        f"**{ratio:.3f}x** the writes of plain exponential backoff ({verdict}).\n"
+    )
+
+
+def _contention_budget(data: dict[str, Any]) -> str:
+    by = _by(data)
+    clients = [n for n in TABLE_CLIENTS if n in data["clients"]]
+    rows = []
+    for mode in data["modes"]:
+        cells = []
+        for n in clients:
+            point = by[(mode, n)]
+            cells.append(
+                f"{point['within_budget_share']:.1%} / {point['budgeted_within_share']:.1%}"
+            )
+        rows.append([MODE_LABELS[mode], *cells])
+    budget = data["params"]["budget_ms"]
+    return (
+        f"Share of clients done within {budget:g} ms: retrying until success / giving up "
+        "as `policy.stop()` does.\n\n" + _table(["mode", *(f"N = {n}" for n in clients)], rows)
+    )
+
+
+def _contention_budget_writes(data: dict[str, Any]) -> str:
+    return _contention_table(data, "budgeted_writes_mean", lambda v: f"{v:,.0f}")
+
+
+def blocks(results: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The body of every generated block of ``docs/benchmarks.md``, by block name."""
+    contention = results["contention"]
+    return {
+        "machine": _machine(results),
+        "solver": _solver(results["solver"]),
+        "overhead": _overhead(results["overhead"]),
+        "strategies": _strategies(results["overhead"]),
+        "profile": _profile(results["overhead"]),
+        "memory": _memory(results["memory"]),
+        "contention-params": _contention_params(contention),
+        "contention-writes": _contention_table(contention, "writes_mean", lambda v: f"{v:,.0f}"),
+        "contention-time": _contention_table(
+            contention, "completion_ms_mean", lambda v: f"{v:,.0f} ms"
+        ),
+        "contention-budget": _contention_budget(contention),
+        "contention-budget-writes": _contention_budget_writes(contention),
+    }
+
+
+def render_doc(text: str, bodies: dict[str, str]) -> str:
+    """``text`` with every generated block's body replaced; unknown blocks are an error."""
+    seen: set[str] = set()
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in bodies:
+            raise SystemExit(f"docs/benchmarks.md has an unknown generated block {name!r}")
+        seen.add(name)
+        return match.group(1) + bodies[name] + match.group(4)
+
+    rendered = _BLOCK.sub(replace, text)
+    missing = set(bodies) - seen
+    if missing:
+        raise SystemExit(f"docs/benchmarks.md lacks generated blocks: {sorted(missing)}")
+    return rendered
+
+
+# -- figures ------------------------------------------------------------------------------
+
+
+def figures(contention: dict[str, Any]) -> dict[str, bytes]:
+    """The contention figures as SVG bytes, by file name (deterministic)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
+
+    plt.rcdefaults()
+    plt.rcParams.update(
+        {
+            "svg.hashsalt": "tenacity-budget",
+            "svg.fonttype": "none",
+            "font.family": "DejaVu Sans",
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "figure.dpi": 100,
+        }
+    )
+    by = _by(contention)
+    clients = contention["clients"]
+    p = contention["params"]
+    budget = p["budget_ms"]
+    specs: list[tuple[str, str, str, str | None]] = [
+        ("contention-writes.svg", "writes_mean", "writes attempted (mean per run)", None),
+        (
+            "contention-time.svg",
+            "completion_ms_mean",
+            "completion time, ms (mean, log scale)",
+            "log",
+        ),
+        (
+            "contention-budget.svg",
+            "within_budget_share",
+            f"clients done within {budget:g} ms (retrying until success)",
+            None,
+        ),
+    ]
+    out: dict[str, bytes] = {}
+    for name, field, ylabel, yscale in specs:
+        fig, ax = plt.subplots(figsize=(6.4, 3.6))
+        for mode in contention["modes"]:
+            colour, style = MODE_STYLE[mode]
+            ax.plot(
+                clients,
+                [by[(mode, n)][field] for n in clients],
+                color=colour,
+                linestyle=style,
+                marker="o",
+                markersize=2.5,
+                linewidth=1.4,
+                label=MODE_LABELS[mode],
+            )
+        if yscale:
+            ax.set_yscale(yscale)
+        if field == "within_budget_share":
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set_ylim(0, 1.02)
+        ax.set_xlabel("clients contending for one row")
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(0, clients[-1] + 10)
+        ax.grid(True, linewidth=0.4, alpha=0.5)
+        ax.legend(frameon=False, fontsize=8)
+        ax.set_title(
+            f"OCC contention, base {p['base_ms']:g} ms, cap {p['cap_ms']:g} ms, "
+            f"{p['runs']} runs per point",
+            fontsize=9,
+        )
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+        plt.close(fig)
+        out[name] = buffer.getvalue()
+    return out
+
+
+# -- entry point --------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite (or with ``--check``, verify) the tables and figures; returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--check", action="store_true", help="exit 1 if anything is stale")
+    args = parser.parse_args(argv)
+    results = {name: _load(name) for name in ("solver", "overhead", "memory", "contention")}
+    wanted: dict[Path, bytes] = {
+        DOC: render_doc(DOC.read_text(encoding="utf-8"), blocks(results)).encode("utf-8")
+    }
+    for name, svg in figures(results["contention"]).items():
+        wanted[FIGURE_DIR / name] = svg
+    stale = [
+        path
+        for path, content in wanted.items()
+        if not path.exists() or path.read_bytes() != content
+    ]
+    if args.check:
+        for path in stale:
+            print(f"stale: {path.relative_to(ROOT)}", file=sys.stderr)
+        if stale:
+            print("run `python -m benchmarks.report` and commit the result", file=sys.stderr)
+        return 1 if stale else 0
+    FIGURE_DIR.mkdir(parents=True, exist_ok=True)
+    for path in stale:
+        path.write_bytes(wanted[path])
+        print(f"wrote {path.relative_to(ROOT)}")
+    if not stale:
+        print("docs/benchmarks.md and the contention figures are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

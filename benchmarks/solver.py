@@ -1,0 +1,236 @@
+"""Benchmark 1: the budget solver, constant time from a budget/base ratio of 1e1 to 1e300.
+
+Times one ``compute_max_attempts`` call for budget/base ratios from ``1e1`` to ``1e300`` in
+three regimes, next to the loop of the design notes this library started from (the
+"seed", copied verbatim below) wherever that loop finishes, and shows where it raises
+``OverflowError`` instead:
+
+* ``capped``: ``cap = 60 * base``; almost every affordable retry waits the cap, so the
+  affordable count grows like the ratio itself (``1.7e298`` retries at ``1e300``).
+* ``geometric``: ``cap = budget``; no affordable delay reaches the cap, so the count grows
+  like ``log2(ratio)`` (996 retries at ``1e300``) and the seed's loop always finishes.
+* ``capped+duration``: the capped regime with ``attempt_duration = base / 2`` (the solver's
+  Newton path; the seed has no such parameter).
+
+Target (issue 5): constant time, the slowest ratio within 2x of the fastest. Run::
+
+    python -m benchmarks.solver [--repeat 60] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from tenacity_budget import compute_max_attempts
+
+from ._common import Timing, command_line, fmt_ns, interleaved, write_results
+
+__all__ = [
+    "RATIOS",
+    "REGIMES",
+    "Regime",
+    "main",
+    "run",
+    "seed_compute_max_attempts",
+    "seed_outcome",
+]
+
+RATIOS: tuple[float, ...] = (
+    1e1,
+    1e2,
+    1e3,
+    1e4,
+    1e5,
+    1e10,
+    1e15,
+    1e18,
+    1e20,
+    1e50,
+    1e100,
+    1e200,
+    1e300,
+)
+"""The budget/base ratios timed (``base = 1``)."""
+
+
+# --- the seed ---------------------------------------------------------------------------
+# Copied from the design notes this project started from ("Configuring Exponential Backoff
+# Within SLA Budgets", step 2). Kept verbatim, flaws included: it is the baseline.
+def seed_compute_max_attempts(budget: float, base: float, factor: float, cap: float) -> int:
+    """Largest attempt count whose total nominal delay stays within ``budget``.
+
+    Sums capped exponential delays until the next one would exceed the remaining
+    SLA window, guaranteeing the cumulative retry time can never breach it.
+    """
+    if budget <= 0:
+        return 0
+    elapsed = 0.0
+    attempts = 0
+    while True:
+        delay = min(cap, base * factor**attempts)
+        if elapsed + delay > budget:
+            return attempts  # the next delay would overrun the budget
+        elapsed += delay
+        attempts += 1
+
+
+@dataclass(frozen=True, slots=True)
+class Regime:
+    """One way of scaling the other parameters with the budget/base ratio."""
+
+    name: str
+    description: str
+    cap: Callable[[float], float]
+    attempt_duration: float
+    has_seed: bool
+
+
+REGIMES: tuple[Regime, ...] = (
+    Regime("capped", "cap = 60 * base: the count grows like the ratio", lambda r: 60.0, 0.0, True),
+    Regime("geometric", "cap = budget: the count grows like log2(ratio)", lambda r: r, 0.0, True),
+    Regime(
+        "capped+duration",
+        "cap = 60 * base, attempt_duration = base / 2 (Newton path)",
+        lambda r: 60.0,
+        0.5,
+        False,
+    ),
+)
+"""The regimes timed; ``base = 1`` and ``factor = 2`` throughout."""
+
+
+def seed_outcome(budget: float, base: float, factor: float, cap: float) -> int | str:
+    """What the seed's loop returns for these parameters, or the error it raises, by name.
+
+    The loop computes ``factor ** attempts`` in floats, so it raises ``OverflowError`` as
+    soon as it needs more than 1023 iterations with ``factor = 2``: for any budget that
+    affords more than 1023 retries.
+    """
+    try:
+        return seed_compute_max_attempts(budget, base, factor, cap)
+    except OverflowError as exc:
+        return f"OverflowError: {exc}"
+
+
+def _seed_until_done(budget: float, base: float, factor: float, cap: float) -> None:
+    with contextlib.suppress(OverflowError):
+        seed_compute_max_attempts(budget, base, factor, cap)
+
+
+def run(*, repeat: int, ratios: tuple[float, ...] = RATIOS) -> dict[str, Any]:
+    """Time every (regime, ratio) for ours and the seed, interleaved; return the figures."""
+    base, factor = 1.0, 2.0
+    candidates: dict[str, Callable[[], object]] = {}
+    rows: list[dict[str, Any]] = []
+    for regime in REGIMES:
+        for ratio in ratios:
+            budget, cap, duration = ratio * base, regime.cap(ratio), regime.attempt_duration
+            key = f"{regime.name}:{ratio:g}"
+            candidates[f"ours:{key}"] = partial(
+                compute_max_attempts, budget, base, factor, cap, duration
+            )
+            row: dict[str, Any] = {
+                "regime": regime.name,
+                "ratio": ratio,
+                "cap": cap,
+                "attempt_duration": duration,
+                "affordable": str(compute_max_attempts(budget, base, factor, cap, duration)),
+            }
+            if regime.has_seed:
+                outcome = seed_outcome(budget, base, factor, cap)
+                row["seed"] = outcome if isinstance(outcome, str) else str(outcome)
+                row["seed_agrees"] = (
+                    None if isinstance(outcome, str) else str(outcome) == row["affordable"]
+                )
+                candidates[f"seed:{key}"] = partial(_seed_until_done, budget, base, factor, cap)
+            rows.append(row)
+    timings = interleaved(candidates, repeat=repeat)
+    for row in rows:
+        key = f"{row['regime']}:{row['ratio']:g}"
+        row["ours"] = timings[f"ours:{key}"].as_dict()
+        seed: Timing | None = timings.get(f"seed:{key}")
+        if seed is not None:
+            row["seed_time"] = seed.as_dict()
+    return {"rows": rows, "summary": _summary(rows)}
+
+
+def _spread(rows: list[dict[str, Any]], stat: str) -> dict[str, Any]:
+    values = [(row["ours"][stat], row["ratio"]) for row in rows]
+    fastest, slowest = min(values), max(values)
+    return {
+        "fastest_ns": fastest[0],
+        "fastest_ratio": fastest[1],
+        "slowest_ns": slowest[0],
+        "slowest_ratio": slowest[1],
+        "slowest_over_fastest": round(slowest[0] / fastest[0], 3),
+    }
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for regime in [*(r.name for r in REGIMES), "all"]:
+        subset = [row for row in rows if regime in ("all", row["regime"])]
+        summary[regime] = {"min": _spread(subset, "min_ns"), "median": _spread(subset, "median_ns")}
+    overall = summary["all"]["min"]["slowest_over_fastest"]
+    summary["target"] = "slowest ratio within 2x of the fastest (per-call minimum)"
+    summary["target_met"] = bool(overall <= 2.0)
+    return summary
+
+
+def _print(result: dict[str, Any]) -> None:
+    for regime in REGIMES:
+        print(f"\n[{regime.name}] {regime.description}")
+        print(f"{'budget/base':>11}  {'retries':>10}  {'ours min':>10}  {'ours med':>10}  seed")
+        for row in result["rows"]:
+            if row["regime"] != regime.name:
+                continue
+            retries = row["affordable"]
+            if len(retries) > 10:
+                retries = f"{float(retries):.3g}"
+            seed = "-"
+            if "seed" in row:
+                seed_time = fmt_ns(row["seed_time"]["min_ns"])
+                if row["seed"].startswith("OverflowError"):
+                    seed = f"raises OverflowError after {seed_time}"
+                else:
+                    ratio = row["seed_time"]["min_ns"] / row["ours"]["min_ns"]
+                    agree = "agrees" if row["seed_agrees"] else "DISAGREES"
+                    seed = f"{seed_time} ({ratio:.1f}x ours, {agree})"
+            print(
+                f"{row['ratio']:>11g}  {retries:>10}  {fmt_ns(row['ours']['min_ns']):>10}  "
+                f"{fmt_ns(row['ours']['median_ns']):>10}  {seed}"
+            )
+    print()
+    for regime, spread in result["summary"].items():
+        if not isinstance(spread, dict):
+            continue
+        lo, md = spread["min"], spread["median"]
+        print(
+            f"{regime:>16}: slowest/fastest = {lo['slowest_over_fastest']:.2f}x (min), "
+            f"{md['slowest_over_fastest']:.2f}x (median); slowest at {lo['slowest_ratio']:g}"
+        )
+    verdict = "MET" if result["summary"]["target_met"] else "NOT MET"
+    print(f"target (slowest within 2x of fastest, overall, min): {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeat", type=int, default=60, help="batches per candidate")
+    parser.add_argument("--quick", action="store_true", help="5 repeats, no result file")
+    args = parser.parse_args(argv)
+    result = run(repeat=5 if args.quick else args.repeat)
+    _print(result)
+    if not args.quick:
+        path = write_results("solver", command_line("benchmarks.solver"), result)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
