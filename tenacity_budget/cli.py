@@ -24,7 +24,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .jitter import apply_jitter
 from .policy import BackoffPolicy
 
 __all__ = ["PlanRow", "main", "plan_rows"]
@@ -76,10 +75,10 @@ def _jitter_range(policy: BackoffPolicy, nominal: float) -> tuple[float, float]:
 
 def plan_rows(policy: BackoffPolicy, rng: random.Random | None = None) -> Iterator[PlanRow]:
     """The schedule of ``policy`` row by row, lazily, sampling waits from ``rng``."""
-    cumulative = cumulative_nominal = previous = 0.0
-    for index, nominal in enumerate(policy.nominal_delays()):
-        wait = apply_jitter(policy.jitter, nominal, previous, policy.base, rng)
-        previous = wait
+    cumulative = cumulative_nominal = 0.0
+    # The sampled waits are exactly the ones a run drawing from ``rng`` would sleep.
+    sampled = zip(policy.nominal_delays(), policy.iter_waits(rng), strict=False)
+    for index, (nominal, wait) in enumerate(sampled):
         cumulative += wait
         cumulative_nominal += nominal
         low, high = _jitter_range(policy, nominal)

@@ -40,6 +40,7 @@ except ImportError as exc:
     ) from exc
 
 from .exhaustion import ExhaustionReport
+from .stats import SLEEP_BUCKETS
 
 __all__ = [
     "DEFAULT_SLEEP_BOUNDARIES",
@@ -58,21 +59,7 @@ FUNCTION_ATTRIBUTE = "function"
 REASON_ATTRIBUTE = "reason"
 """The attribute carrying the stop reason (a ``StopReason`` value) on ``exhausted``."""
 
-DEFAULT_SLEEP_BOUNDARIES: tuple[float, ...] = (
-    0.01,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-)
+DEFAULT_SLEEP_BOUNDARIES: tuple[float, ...] = SLEEP_BUCKETS
 """Advised bucket boundaries (seconds) for the sleep histogram."""
 
 

@@ -39,25 +39,11 @@ except ImportError as exc:
     ) from exc
 
 from .exhaustion import ExhaustionReport
+from .stats import SLEEP_BUCKETS
 
 __all__ = ["DEFAULT_SLEEP_BUCKETS", "PrometheusObserver"]
 
-DEFAULT_SLEEP_BUCKETS: tuple[float, ...] = (
-    0.01,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    float("inf"),
-)
+DEFAULT_SLEEP_BUCKETS: tuple[float, ...] = (*SLEEP_BUCKETS, float("inf"))
 """Histogram buckets (seconds) for retry sleeps: from jittered sub-second waits to the caps."""
 
 
