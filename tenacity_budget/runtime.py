@@ -308,13 +308,15 @@ class BudgetedRetry:
         return cast(F, wrapper)
 
     def _retry_with(self, fn: F, **changes: Any) -> F:
-        """``fn`` decorated again with some options changed (like tenacity's ``retry_with``)."""
+        """``fn`` decorated again with some options changed (like tenacity's ``retry_with``).
+
+        ``policy=`` swaps the policy; the budget options and any tenacity argument may be
+        changed too.
+        """
+        policy = changes.pop("policy", self.policy)
         options = {**self._options, **{k: v for k, v in changes.items() if k in self._options}}
         tenacity_kwargs = {
             **self._tenacity_kwargs,
             **{k: v for k, v in changes.items() if k not in self._options},
         }
-        policy = changes.pop("policy", self.policy)
-        options.pop("policy", None)
-        tenacity_kwargs.pop("policy", None)
         return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)

@@ -1,0 +1,62 @@
+"""policy.retry(): retry_with, hooks installed only when needed, remaining() outside runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tenacity_budget import BackoffPolicy, BudgetExhausted, remaining
+
+
+def always_fails() -> None:
+    raise OSError("down")
+
+
+def test_retry_with_swaps_the_policy_and_tenacity_options() -> None:
+    small = BackoffPolicy(base=1, cap=4, max_elapsed=10, jitter="none")
+    large = BackoffPolicy(base=1, cap=4, max_elapsed=100, jitter="none")
+    first: list[float] = []
+    fn = small.retry(sleep=first.append)(always_fails)
+    with pytest.raises(BudgetExhausted) as info:
+        fn()
+    assert first == small.waits()
+    assert info.value.report.affordable == small.max_attempts()
+
+    second: list[float] = []
+    again = fn.retry_with(policy=large, sleep=second.append)  # type: ignore[attr-defined]
+    with pytest.raises(BudgetExhausted) as info:
+        again()
+    assert second == large.waits()
+    assert info.value.report.affordable == large.max_attempts() > small.max_attempts()
+
+
+def test_user_hooks_still_run_when_ours_are_not_installed() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=10, jitter="none")
+    befores: list[int] = []
+    sleeps: list[float] = []
+    fn = policy.retry(
+        sleep=lambda _s: None,
+        before=lambda rs: befores.append(rs.attempt_number),
+        before_sleep=lambda rs: sleeps.append(rs.upcoming_sleep),
+    )(always_fails)
+    with pytest.raises(BudgetExhausted):
+        fn()
+    calls = policy.max_attempts() + 1
+    assert befores == list(range(1, calls + 1))
+    assert sleeps == policy.waits()
+
+
+def test_remaining_is_none_outside_and_set_inside_a_run() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=10, jitter="none")
+    seen: list[float | None] = []
+
+    @policy.retry(sleep=lambda _s: None)
+    def work() -> str:
+        seen.append(remaining())
+        return "ok"
+
+    assert remaining() is None
+    assert work() == "ok"
+    assert remaining() is None
+    assert len(seen) == 1
+    assert seen[0] is not None
+    assert 0.0 < seen[0] <= 10.0
