@@ -211,7 +211,11 @@ def total_delay(n: int, base: float, factor: float, cap: float) -> float:
         raise ValueError(f"n must be >= 0, got {n!r}")
     k = _capped_index(base, factor, cap)
     head = _geometric_sum(base, factor, min(n, k))
-    return head if n <= k else head + (n - k) * cap
+    if n <= k:
+        return head
+    # (n - k) can exceed the float range while the product does not: divide big ints.
+    num, den = float(cap).as_integer_ratio()
+    return head + ((n - k) * num) / den
 
 
 def _uncapped_count(budget: float, base: float, factor: float, k: int, duration: float) -> int:

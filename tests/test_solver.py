@@ -610,3 +610,12 @@ def test_nominal_total_and_capped_index_match_definitions(
     k = capped_index(base, factor, cap)
     assert k == float_capped_index(base, factor, cap)
     assert all(d < cap for d in itertools.islice(reference_delays(base, factor, cap), k))
+
+
+def test_total_delay_of_more_retries_than_floats_can_count() -> None:
+    # 1e608 retries of 1e-300 s: the count is past the float range, the total is not.
+    n = compute_max_attempts(1.7e308, 5e-324, 1e10, 1e-300)
+    assert n > 10**600
+    total = total_delay(n, 5e-324, 1e10, 1e-300)
+    assert math.isfinite(total)
+    assert total == pytest.approx(1.7e308, rel=1e-12)
