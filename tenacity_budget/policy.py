@@ -134,22 +134,22 @@ class BackoffPolicy(BaseModel):
         """The concrete (jittered) waits of one run, lazily, drawing from ``rng``.
 
         Exactly the sleeps a run of an always-failing function makes under
-        ``wait=self.wait(rng=rng), stop=self.stop()`` when each attempt takes
-        ``attempt_duration`` seconds: one wait per affordable retry, stopping early only if
-        float rounding would carry the (compensated) running total past ``max_elapsed``.
+        ``wait=self.wait(rng=rng), stop=self.stop()`` when its attempts take no time (or
+        ``attempt_duration`` each, up to float rounding at an exact tie): one wait per
+        affordable retry, stopping early only if float rounding would carry the
+        (compensated) running total of the sleeps past ``max_elapsed``.
         """
         total = error = previous = 0.0
-        attempts = 1
-        limit, duration = self.max_elapsed, self.attempt_duration
+        limit = self.max_elapsed
         for delay in self.nominal_delays():
             wait = apply_jitter(self.jitter, delay, previous, self.base, rng)
+            # The stop's sleep check, with the stop's compensated arithmetic. (The attempts'
+            # own time is already in the count, decided exactly by the solver.)
             next_total, next_error = add_compensated(total, error, wait)
-            slept = next_total + next_error
-            if slept > limit or slept + (attempts + 1) * duration > limit:
+            if next_total + next_error > limit:
                 return
             total, error = next_total, next_error
             previous = wait
-            attempts += 1
             yield wait
 
     def waits(self, rng: random.Random | None = None) -> list[float]:
