@@ -77,8 +77,8 @@ class Down(Exception):
 def test_sleeps_move_the_clock_at_once_and_are_recorded() -> None:
     with virtual_clock(START) as clock:
         mono0, wall0 = time.monotonic(), time.time()
-        time.sleep(3600)
-        time.sleep(0.25)
+        time.sleep(3600)  # virtual clock: allow-sleep
+        time.sleep(0.25)  # virtual clock: allow-sleep
         time.sleep(0)
         assert clock.sleeps == [3600.0, 0.25, 0.0]
         assert clock.elapsed == 3600.25
@@ -101,7 +101,7 @@ def test_advance_moves_the_clock_without_recording_a_sleep() -> None:
         assert clock.elapsed == 67.0
         assert clock.monotonic() - mono0 == 67.0
         assert clock.now() == START + timedelta(seconds=67)
-        time.sleep(3)
+        time.sleep(3)  # virtual clock: allow-sleep
         assert clock.sleeps == [3.0]
         assert clock.elapsed == 70.0
 
@@ -158,7 +158,7 @@ def test_everything_is_restored_on_exit_even_when_the_block_raises() -> None:
     def block() -> None:
         with clock:
             inside.append(_real_sleep_functions())
-            time.sleep(5)
+            time.sleep(5)  # virtual clock: allow-sleep
             raise Down
 
     with pytest.raises(Down):
@@ -182,7 +182,7 @@ def test_clocks_do_not_nest() -> None:
     with virtual_clock(START) as outer:
         with pytest.raises(RuntimeError, match="do not nest"), virtual_clock(START):
             pass
-        time.sleep(2)  # the outer clock still owns the sleeps
+        time.sleep(2)  # the outer clock still owns the sleeps (virtual clock: allow-sleep)
         assert outer.sleeps == [2.0]
     with virtual_clock(START) as again:  # and a new one can start afterwards
         assert again.running
@@ -219,7 +219,8 @@ def test_importing_the_toolkit_does_not_need_freezegun() -> None:
 def test_sub_microsecond_sleeps_add_up_on_the_clock() -> None:
     with virtual_clock(START) as clock:
         for _ in range(10):
-            time.sleep(0.4e-6)  # each alone is below freezegun's resolution
+            # each alone is below freezegun's resolution
+            time.sleep(0.4e-6)  # virtual clock: allow-sleep
         assert clock.sleeps == [0.4e-6] * 10
         assert clock.elapsed == pytest.approx(4e-6, rel=1e-12)
         assert clock.now() == START + timedelta(microseconds=4)
