@@ -6,7 +6,7 @@ timeout read); sleeps are recorded and advance the frozen clock.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pybreaker
 import pytest
@@ -23,13 +23,6 @@ from tenacity_budget.breaker import guarded, stop_when_open
 # Affords 5 retries (sleeps 1, 2, 4, 8, 8) when attempts are instant.
 POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
 AFFORDABLE = POLICY.max_attempts()
-
-
-@pytest.fixture
-def frozen() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time("2024-03-01 12:00:00", tick=False) as clock:
-        assert isinstance(clock, FrozenDateTimeFactory)
-        yield clock
 
 
 def sleeper(clock: FrozenDateTimeFactory, sleeps: list[float]) -> Callable[[float], None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,13 +20,6 @@ from tenacity_budget.logs import DEFAULT_LOGGER_NAME, EXTRA_FIELDS, log_retry, r
 
 POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
 LOGGER = logging.getLogger("tests.retries")
-
-
-@pytest.fixture
-def frozen() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time("2024-03-01 12:00:00", tick=False) as clock:
-        assert isinstance(clock, FrozenDateTimeFactory)
-        yield clock
 
 
 def recorder(clock: FrozenDateTimeFactory) -> tuple[list[float], Callable[[float], None]]:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,13 +54,6 @@ def report(reason: StopReason = StopReason.COUNT, attempts: int = 3) -> Exhausti
         reason=reason,
         last_exception=OSError("down"),
     )
-
-
-@pytest.fixture
-def frozen() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time("2024-03-01 12:00:00", tick=False) as clock:
-        assert isinstance(clock, FrozenDateTimeFactory)
-        yield clock
 
 
 # -- running decorated functions -----------------------------------------------------------

@@ -8,7 +8,6 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,13 +35,6 @@ REPORT = ExhaustionReport(
     reason=StopReason.COUNT,
     last_exception=OSError("down"),
 )
-
-
-@pytest.fixture
-def frozen() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time("2024-03-01 12:00:00", tick=False) as clock:
-        assert isinstance(clock, FrozenDateTimeFactory)
-        yield clock
 
 
 @pytest.fixture
