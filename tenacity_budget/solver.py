@@ -199,7 +199,8 @@ def _excess(base: float, factor: float, n: int, duration: float, budget: float) 
     head = _geometric_sum(base, factor, n)
     fixed = (n + 1.0) * duration
     value = head + fixed - budget
-    if abs(value) > _REL_TOL * (head + fixed + budget) or n > _EXACT_TERMS:
+    # The budget is exact; only the closed form and the product carry rounding.
+    if abs(value) > _REL_TOL * (head + fixed) + 4 * math.ulp(budget) or n > _EXACT_TERMS:
         return value
     return math.fsum([*(_raw(base, factor, i) for i in range(n)), *[duration] * (n + 1), -budget])
 
@@ -245,6 +246,13 @@ def _uncapped_count(budget: float, base: float, factor: float, k: int, duration:
             t = max(0.0, t - step)
             if step < 0.25:
                 break
+    elif t < k:
+        # Without the attempts' time, t is accurate to ~1e-13 relative: unless it is within
+        # rounding of a whole number, its floor is the answer and needs no checking.
+        whole = math.floor(t)
+        slack = _REL_TOL * max(1.0, t)
+        if t - whole > slack and whole + 1 - t > slack:
+            return whole
     n = max(0, min(k, math.floor(t)))
     for _ in range(_MAX_CORRECTIONS):
         if n > 0 and _excess(base, factor, n, duration, budget) > 0.0:
@@ -301,25 +309,43 @@ def compute_max_attempts(
     fixed = (k + 1) * duration
     per = cap + duration
     left = budget - s_k - fixed
-    slack = _REL_TOL * (budget + s_k + fixed)
+    # How far off `left` can be: the budget is exact, the closed form and product are not.
+    slack = _REL_TOL * (s_k + fixed) + 4 * math.ulp(budget)
     if left < -slack:
         return _uncapped_count(budget, base, factor, k, duration)
     if left > slack:
         # Past the cap every further retry costs exactly cap + duration: one division.
         q = left / per
-        if q < _FLOAT_INTS:
-            whole = math.floor(q)
-            if q - whole > slack / per and whole + 1 - q > slack / per:
-                return k + whole
-    # Near a boundary (or beyond float integers): decide it exactly.
-    return _exact_count(budget, base, factor, cap, duration, k, s_k)
+        if q >= _FLOAT_INTS:
+            # Beyond float integers: divide exactly. The prefix's own rounding (~1e-16 of
+            # S(k)) could only matter were the quotient that close to a whole number, far
+            # below what a budget this large is known to; its float is used as it is.
+            return _exact_count(budget, base, factor, cap, duration, k, s_k, exact_prefix=False)
+        whole = math.floor(q)
+        margin = slack / per + 4 * math.ulp(q)
+        if q - whole > margin and whole + 1 - q > margin:
+            return k + whole
+    # Near a boundary: decide it exactly, over the delays themselves.
+    return _exact_count(budget, base, factor, cap, duration, k, s_k, exact_prefix=True)
 
 
 def _exact_count(
-    budget: float, base: float, factor: float, cap: float, duration: float, k: int, s_k: float
+    budget: float,
+    base: float,
+    factor: float,
+    cap: float,
+    duration: float,
+    k: int,
+    s_k: float,
+    *,
+    exact_prefix: bool,
 ) -> int:
-    """The capped-tail division in exact integer arithmetic (floats are dyadic rationals)."""
-    if k <= _EXACT_TERMS:
+    """The capped-tail division in exact integer arithmetic (floats are dyadic rationals).
+
+    With ``exact_prefix`` the sum of the delays below the cap is taken exactly too (when
+    there are at most ``_EXACT_TERMS`` of them); otherwise its float ``s_k`` is used.
+    """
+    if exact_prefix and k <= _EXACT_TERMS:
         spent = _dyadic_sum([_raw(base, factor, i) for i in range(k)])
     else:
         spent = s_k.as_integer_ratio()
