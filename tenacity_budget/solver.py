@@ -246,6 +246,15 @@ def _uncapped_count(budget: float, base: float, factor: float, k: int, duration:
             t = max(0.0, t - step)
             if step < 0.25:
                 break
+        # Newton from the right never passes the root: t >= root, so floor(t) + 1 > root
+        # and, unless t is within rounding of a whole number, floor(t) is the answer as
+        # soon as it fits.
+        whole = min(k, math.floor(t))
+        if (
+            t - whole > _REL_TOL * max(1.0, t)
+            and _excess(base, factor, whole, duration, budget) <= 0.0
+        ):
+            return whole
     elif t < k:
         # Without the attempts' time, t is accurate to ~1e-13 relative: unless it is within
         # rounding of a whole number, its floor is the answer and needs no checking.
