@@ -221,27 +221,31 @@ def total_delay(n: int, base: float, factor: float, cap: float) -> float:
 
 def _uncapped_count(budget: float, base: float, factor: float, k: int, duration: float) -> int:
     """Largest ``n <= k`` with ``S(n) + (n + 1) * duration <= budget`` (no delay capped)."""
-    log_f = math.log1p(factor - 1.0)
-
-    def excess(n: float) -> float:
-        return _geometric_sum(base, factor, n) + (n + 1.0) * duration - budget
+    r = factor - 1.0
+    log_f = math.log1p(r)
+    log_base = math.log(base)
 
     # Ignoring the attempts' own time gives an upper bound: invert the geometric sum.
     room = budget - duration
     if room <= 0.0:
         return 0
-    log_y = math.log(room) + math.log(factor - 1.0) - math.log(base)
+    log_y = math.log(room) + math.log(r) - log_base
     t = (math.log1p(math.exp(log_y)) if log_y < _LOG_MAX else log_y) / log_f
     t = min(t, float(k))
     if duration > 0.0:
         # S(t) + (t + 1) * duration is convex and increasing in t, so Newton's method started
         # to the right of the root walks monotonically down to it.
         for _ in range(_MAX_CORRECTIONS):
-            h = excess(t)
+            x = t * log_f  # log(factor**t)
+            if x < _LOG_MAX - 1.0 and log_base + x < _LOG_MAX - 1.0:
+                growth = math.expm1(x)  # factor**t - 1, no cancellation near 1
+                h = base * growth / r + (t + 1.0) * duration - budget
+                slope = base * (growth + 1.0) * log_f / r + duration
+            else:
+                h = _geometric_sum(base, factor, t) + (t + 1.0) * duration - budget
+                slope = math.exp(_LOG_MAX - 1.0) * log_f / r + duration
             if h <= 0.0:
                 break
-            log_growth = min(math.log(base) + t * log_f, _LOG_MAX - 1.0)
-            slope = math.exp(log_growth) * log_f / (factor - 1.0) + duration
             step = h / slope
             t = max(0.0, t - step)
             if step < 0.25:
@@ -250,8 +254,10 @@ def _uncapped_count(budget: float, base: float, factor: float, k: int, duration:
         # and, unless t is within rounding of a whole number, floor(t) is the answer as
         # soon as it fits.
         whole = min(k, math.floor(t))
+        slack = _REL_TOL * max(1.0, t)
         if (
-            t - whole > _REL_TOL * max(1.0, t)
+            t - whole > slack
+            and whole + 1 - t > slack
             and _excess(base, factor, whole, duration, budget) <= 0.0
         ):
             return whole
