@@ -218,9 +218,7 @@ def plan_retry(
     check_aware(now, "now")
     end = run_deadline(policy, started, deadline)
     need_attempt = _attempt_estimate(policy, longest)
-    rng = random.Random(seed_for(task_id))
-    waits = list(itertools.islice(policy.iter_waits(rng), retries + 1))
-    slept = math.fsum(waits[:retries])
+    slept, countdown = _walk(policy, task_id, retries)
     elapsed = (now - started).total_seconds()
 
     def plan(countdown: float | None, reason: StopReason | None) -> RetryPlan:
@@ -228,13 +226,24 @@ def plan_retry(
 
     if retries >= policy.max_attempts():
         return plan(None, StopReason.COUNT)
-    if len(waits) <= retries:
+    if countdown is None:
         return plan(None, StopReason.SLEEP_BUDGET)
-    countdown = waits[retries]
     reason = _time_reason(policy, started, deadline, now, countdown + need_attempt)
     if reason is not None:
         return plan(None, reason)
     return plan(countdown, None)
+
+
+def _walk(policy: BackoffPolicy, task_id: str, retries: int) -> tuple[float, float | None]:
+    """The seconds slept before retry ``retries`` of a task, and that retry's countdown.
+
+    Walks the task's seeded schedule without keeping it: constant memory however long the
+    schedule, which a one-month budget makes tens of thousands of retries long. The
+    countdown is ``None`` when the schedule has no such retry.
+    """
+    waits = policy.iter_waits(random.Random(seed_for(task_id)))
+    slept = math.fsum(itertools.islice(waits, retries))
+    return slept, next(waits, None)
 
 
 def admit_attempt(
@@ -499,7 +508,7 @@ class CeleryBudget:
         )
         if late is not None:
             # Too late to finish in time: never run an attempt past the deadline.
-            slept = math.fsum(self.schedule(request.id)[:retries])
+            slept = _walk(self.policy, request.id, retries)[0]
             report = self._report(retries, slept, started, now, deadline, late, None)
             self._give_up(task, args, kwargs, report, end, None)
 
