@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .jitter import jitter_bounds
 from .policy import BackoffPolicy
 
 __all__ = ["PlanRow", "main", "plan_rows"]
@@ -63,16 +64,6 @@ class PlanRow:
     budget_used: float
 
 
-def _jitter_range(policy: BackoffPolicy, nominal: float) -> tuple[float, float]:
-    if policy.jitter == "full":
-        return 0.0, nominal
-    if policy.jitter == "equal":
-        return nominal / 2, nominal
-    if policy.jitter == "decorrelated":
-        return min(policy.base, nominal), nominal
-    return nominal, nominal
-
-
 def plan_rows(policy: BackoffPolicy, rng: random.Random | None = None) -> Iterator[PlanRow]:
     """The schedule of ``policy`` row by row, lazily, sampling waits from ``rng``."""
     cumulative = cumulative_nominal = 0.0
@@ -81,7 +72,7 @@ def plan_rows(policy: BackoffPolicy, rng: random.Random | None = None) -> Iterat
     for index, (nominal, wait) in enumerate(sampled):
         cumulative += wait
         cumulative_nominal += nominal
-        low, high = _jitter_range(policy, nominal)
+        low, high = jitter_bounds(policy.jitter, nominal, policy.base)
         used = cumulative_nominal + (index + 2) * policy.attempt_duration
         yield PlanRow(
             retry=index + 1,

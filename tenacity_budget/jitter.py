@@ -18,6 +18,7 @@ __all__ = [
     "decorrelated_jitter",
     "equal_jitter",
     "full_jitter",
+    "jitter_bounds",
 ]
 
 JitterMode: TypeAlias = Literal["none", "full", "equal", "decorrelated"]
@@ -82,9 +83,20 @@ def apply_jitter(
     decorrelated mode. ``"none"`` draws nothing and returns ``delay``.
     """
     if mode == "full":
-        return _uniform(0.0, delay, rng)
+        return full_jitter(delay, rng)
     if mode == "equal":
-        return _uniform(delay / 2, delay, rng)
+        return equal_jitter(delay, rng)
     if mode == "decorrelated":
         return decorrelated_jitter(delay, previous, base, rng)
     return delay
+
+
+def jitter_bounds(mode: JitterMode, delay: float, base: float) -> tuple[float, float]:
+    """The range ``mode`` draws the wait of a retry with nominal ``delay`` from."""
+    if mode == "full":
+        return 0.0, delay
+    if mode == "equal":
+        return delay / 2, delay
+    if mode == "decorrelated":
+        return min(base, delay), delay
+    return delay, delay

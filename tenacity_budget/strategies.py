@@ -141,12 +141,6 @@ class wait_budget(wait_base):
     def __repr__(self) -> str:
         return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
 
-    def nominal(self, retry_index: int) -> float:
-        """The nominal delay before retry ``retry_index`` (0-based)."""
-        if retry_index >= self._capped_from:
-            return self._cap
-        return nominal_delay(retry_index, self._base, self._factor, self._cap)
-
     def __call__(self, retry_state: RetryCallState) -> float:
         # Runs before every retry: the common modes are computed inline, with exactly the
         # arithmetic of jitter.apply_jitter, so runs replay policy.waits() bit for bit.
