@@ -19,11 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BudgetExhausted", "ExhaustionReport", "StopReason"]
 
-# Attribute under which stop_budget leaves its per-run record on each attempt's Future, so
-# that BudgetExhausted(last_attempt), built by tenacity with nothing but that Future, can
-# still tell how the budget was spent.
-STATE_ATTR = "_tenacity_budget_state"
-
 
 class StopReason(enum.StrEnum):
     """Why a budgeted run stopped retrying."""
@@ -36,6 +31,9 @@ class StopReason(enum.StrEnum):
     """Elapsed time plus the next sleep and attempt would have passed ``max_elapsed``."""
     DEADLINE = "deadline"
     """The next sleep and attempt would have ended after the absolute deadline."""
+    RETRY_BUDGET = "retry_budget"
+    """A retry budget (:class:`~tenacity_budget.RetryBudget`) refused the retry: the
+    dependency's retry traffic is already at its cap."""
     OTHER = "other"
     """Another stop strategy composed with the budget ended the run."""
 
@@ -86,21 +84,14 @@ class ExhaustionReport:
     @classmethod
     def from_attempt(cls, last_attempt: Future) -> ExhaustionReport:
         """Build the report from the last attempt of a run (what tenacity hands its errors)."""
+        from .state import RunState, run_state  # the record module imports this one
+
         exc = last_attempt.exception() if last_attempt.done() else None
-        state = getattr(last_attempt, STATE_ATTR, None)
-        if state is None:
-            return cls(
-                attempts=last_attempt.attempt_number,
-                affordable=None,
-                slept=0.0,
-                elapsed=0.0,
-                budget=None,
-                deadline=None,
-                reason=StopReason.OTHER,
-                last_exception=exc,
-            )
-        report: ExhaustionReport = state.report(exc)
-        return report
+        record = run_state(last_attempt)
+        if record is None:  # no budget took part in the run
+            record = RunState()
+            record.attempts = last_attempt.attempt_number
+        return record.report(exc)
 
 
 class BudgetExhausted(RetryError):

@@ -10,15 +10,18 @@ so a seeded generator replays the same waits.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Literal, TypeAlias
 
 __all__ = [
+    "Jitter",
     "JitterMode",
     "apply_jitter",
     "decorrelated_jitter",
     "equal_jitter",
     "full_jitter",
     "jitter_bounds",
+    "jitter_for",
 ]
 
 JitterMode: TypeAlias = Literal["none", "full", "equal", "decorrelated"]
@@ -70,6 +73,48 @@ def decorrelated_jitter(
     return min(delay, _uniform(base, high, rng))
 
 
+Jitter: TypeAlias = Callable[[float, float, float, "random.Random | None"], float]
+"""One mode's jitter as ``jitter(delay, previous, base, rng) -> wait`` (see :func:`jitter_for`)."""
+
+
+def _full(delay: float, previous: float, base: float, rng: random.Random | None) -> float:
+    return full_jitter(delay, rng)
+
+
+def _equal(delay: float, previous: float, base: float, rng: random.Random | None) -> float:
+    return equal_jitter(delay, rng)
+
+
+def _none(delay: float, previous: float, base: float, rng: random.Random | None) -> float:
+    return delay
+
+
+_JITTERS: dict[str, Jitter] = {
+    "none": _none,
+    "full": _full,
+    "equal": _equal,
+    "decorrelated": decorrelated_jitter,
+}
+
+
+def jitter_for(mode: JitterMode) -> Jitter:
+    """The jitter of ``mode`` as one function, ``jitter(delay, previous, base, rng)``.
+
+    The wait strategy binds it once, when it is built, so that choosing the mode costs
+    nothing per retry. ``previous`` (the wait before the previous retry) and ``base``
+    matter only to the decorrelated mode; ``"none"`` draws nothing and returns ``delay``.
+
+    Raises:
+        ValueError: for an unknown mode.
+    """
+    try:
+        return _JITTERS[mode]
+    except KeyError:
+        raise ValueError(
+            f"unknown jitter mode {mode!r}; expected one of {', '.join(map(repr, _JITTERS))}"
+        ) from None
+
+
 def apply_jitter(
     mode: JitterMode,
     delay: float,
@@ -82,13 +127,7 @@ def apply_jitter(
     ``previous`` (the wait before the previous retry) and ``base`` matter only for the
     decorrelated mode. ``"none"`` draws nothing and returns ``delay``.
     """
-    if mode == "full":
-        return full_jitter(delay, rng)
-    if mode == "equal":
-        return equal_jitter(delay, rng)
-    if mode == "decorrelated":
-        return decorrelated_jitter(delay, previous, base, rng)
-    return delay
+    return jitter_for(mode)(delay, previous, base, rng)
 
 
 def jitter_bounds(mode: JitterMode, delay: float, base: float) -> tuple[float, float]:

@@ -13,18 +13,47 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    model_validator,
+)
 
-from .jitter import JitterMode, apply_jitter
+from ._config import check_aware, check_seed
+from .jitter import JitterMode, jitter_for
 from .solver import add_compensated, backoff_delays, capped_index, compute_max_attempts, total_delay
-from .strategies import DeadlineSource, RetryAfter, check_aware, stop_budget, wait_budget
+from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
 
 if TYPE_CHECKING:
     from .runtime import BudgetedRetry
 
 __all__ = ["BackoffPolicy"]
 
-Seconds = Annotated[float, Field(allow_inf_nan=False)]
+
+def _not_a_bool(value: Any) -> Any:
+    # pydantic's lax mode reads True as 1.0; a bool is never meant as a number of seconds.
+    # Numeric strings ("1.5", from the environment or JSON) stay accepted.
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got the bool {value!r}")
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
+
+# How the validator names the budget: for_deadline derives max_elapsed from the deadline
+# and the reserve, and its callers can only change those, so its messages say so.
+_BUDGET_NAMES = {
+    False: ("max_elapsed", "raise max_elapsed"),
+    True: (
+        "the window until the deadline less the reserve",
+        "move the deadline later or lower reserve",
+    ),
+}
 
 # waits() builds a list; beyond this many retries, walk iter_waits() instead.
 _MAX_LISTED_WAITS = 10_000_000
@@ -73,26 +102,31 @@ class BackoffPolicy(BaseModel):
     _capped_index: int = PrivateAttr(default=0)
 
     @model_validator(mode="after")
-    def _budget_admits_a_retry(self) -> Self:
-        if self.cap > self.max_elapsed:
-            raise ValueError(
-                f"cap ({self.cap:g} s) exceeds max_elapsed ({self.max_elapsed:g} s): a single "
-                "wait could breach the budget; lower cap or raise max_elapsed"
-            )
+    def _budget_admits_a_retry(self, info: ValidationInfo) -> Self:
+        budget, raise_it = _BUDGET_NAMES[bool(info.context and info.context.get("for_deadline"))]
         if self.base > self.max_elapsed:
             raise ValueError(
-                f"base ({self.base:g} s) exceeds max_elapsed ({self.max_elapsed:g} s): the "
-                "budget affords no retry; lower base or raise max_elapsed"
+                f"base ({self.base:g} s) exceeds {budget} ({self.max_elapsed:g} s): the "
+                f"budget affords no retry; lower base or {raise_it}"
+            )
+        if self.cap < self.base:
+            raise ValueError(
+                f"cap ({self.cap:g} s) is below base ({self.base:g} s): every delay would be "
+                "cap and base would be ignored; raise cap to at least base, or lower base"
+            )
+        if self.cap > self.max_elapsed:
+            raise ValueError(
+                f"cap ({self.cap:g} s) exceeds {budget} ({self.max_elapsed:g} s): a single "
+                f"wait could breach the budget; lower cap or {raise_it}"
             )
         affordable = compute_max_attempts(
             self.max_elapsed, self.base, self.factor, self.cap, self.attempt_duration
         )
         if affordable == 0:
-            needed = self.base + 2 * self.attempt_duration
             raise ValueError(
-                f"max_elapsed ({self.max_elapsed:g} s) affords no retry: one retry needs "
-                f"base + 2 * attempt_duration = {needed:g} s; raise max_elapsed or lower "
-                "base or attempt_duration"
+                f"{budget} ({self.max_elapsed:g} s) affords no retry: one retry needs base "
+                f"({self.base:g} s) plus two attempts of attempt_duration "
+                f"({self.attempt_duration:g} s); {raise_it}, or lower base or attempt_duration"
             )
         self._max_attempts = affordable
         self._capped_index = capped_index(self.base, self.factor, self.cap)
@@ -141,8 +175,9 @@ class BackoffPolicy(BaseModel):
         """
         total = error = previous = 0.0
         limit = self.max_elapsed
+        jitter = jitter_for(self.jitter)
         for delay in self.nominal_delays():
-            wait = apply_jitter(self.jitter, delay, previous, self.base, rng)
+            wait = jitter(delay, previous, self.base, rng)
             # The stop's sleep check, with the stop's compensated arithmetic. (The attempts'
             # own time is already in the count, decided exactly by the solver.)
             next_total, next_error = add_compensated(total, error, wait)
@@ -174,6 +209,7 @@ class BackoffPolicy(BaseModel):
         """
         if seed is not None and rng is not None:
             raise ValueError("pass seed= or rng=, not both")
+        check_seed(seed)
         return self.waits(random.Random(seed) if seed is not None else rng)
 
     # -- tenacity strategies --------------------------------------------------------------
@@ -217,6 +253,8 @@ class BackoffPolicy(BaseModel):
         retry_after: RetryAfter | None = None,
         on_exhausted: Callable[..., Any] | None = None,
         stats: Any = None,
+        budget: Any = None,
+        hard_deadline: bool = False,
         **tenacity_kwargs: Any,
     ) -> BudgetedRetry:
         """A decorator factory like ``tenacity.retry``, wired with this policy.
@@ -224,7 +262,10 @@ class BackoffPolicy(BaseModel):
         Wires ``wait=self.wait(...)`` and ``stop=self.stop(deadline=...)``, raises
         :class:`~tenacity_budget.BudgetExhausted` when the budget is spent, and makes
         :func:`~tenacity_budget.remaining` work inside every attempt. Works on sync and
-        async functions. See :class:`tenacity_budget.runtime.BudgetedRetry` for the options.
+        async functions. ``budget=`` draws every retry from a shared retry budget
+        (:class:`~tenacity_budget.RetryBudget`); ``hard_deadline=True`` (coroutine functions
+        only) cancels an attempt still running when the run's time is up. See
+        :class:`tenacity_budget.runtime.BudgetedRetry` for the options.
         """
         from .runtime import BudgetedRetry
 
@@ -236,6 +277,8 @@ class BackoffPolicy(BaseModel):
             retry_after=retry_after,
             on_exhausted=on_exhausted,
             stats=stats,
+            budget=budget,
+            hard_deadline=hard_deadline,
             tenacity_kwargs=tenacity_kwargs,
         )
 
@@ -272,6 +315,8 @@ class BackoffPolicy(BaseModel):
         if now is None:
             now = datetime.now(UTC)
         check_aware(now, "now")
+        if isinstance(reserve, bool) or not isinstance(reserve, int | float):
+            raise TypeError(f"reserve must be a fraction in [0, 1), got {type(reserve).__name__}")
         if not 0.0 <= reserve < 1.0:
             raise ValueError(f"reserve must be a fraction in [0, 1), got {reserve!r}")
         if "max_elapsed" in fields or "deadline" in fields:
@@ -284,4 +329,7 @@ class BackoffPolicy(BaseModel):
                 f"deadline {deadline.isoformat()} is already past (now {now.isoformat()}); "
                 "there is no budget left to retry in"
             )
-        return cls(max_elapsed=window * (1.0 - reserve), deadline=deadline, **fields)
+        return cls.model_validate(
+            {**fields, "max_elapsed": window * (1.0 - reserve), "deadline": deadline},
+            context={"for_deadline": True},
+        )

@@ -9,6 +9,7 @@ observer hooks (``stats=``) for metrics.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import math
@@ -16,21 +17,31 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
-from datetime import datetime
+from contextvars import ContextVar, Token
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import tenacity
 from tenacity import RetryCallState, RetryError
-from tenacity._utils import get_callback_name
 
-from .exhaustion import BudgetExhausted, ExhaustionReport
-from .strategies import DeadlineSource, RetryAfter, check_aware
+from ._config import check_aware
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
+from .state import RunState, prepare, run_state, stopped_by, tag
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
+    from .strategies import DeadlineSource, RetryAfter
 
-__all__ = ["BudgetedRetry", "RetryObserver", "remaining", "remaining_until"]
+__all__ = [
+    "BudgetedRetry",
+    "Horizon",
+    "RetryObserver",
+    "ambient_deadline",
+    "current_horizon",
+    "deadline_scope",
+    "remaining",
+    "remaining_until",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,40 +68,170 @@ class RetryObserver(Protocol):
         """The call gave up: its budget (or another stop) ended the run."""
 
 
-class _Run:
-    """The current run as :func:`remaining` sees it."""
+class Horizon:
+    """When the work in progress must be over: one frame of the ambient deadline.
 
-    __slots__ = ("budget_end", "deadline_ts", "last")
+    A frame is made by :func:`deadline_scope`, by each call of a ``policy.retry()``
+    function (its budget end and deadlines) and by integrations that run attempts
+    themselves. Its ends are already merged with every enclosing frame's, so the innermost
+    frame alone says how long is left. Ends are ``inf`` where there is none.
 
-    def __init__(self) -> None:
-        self.budget_end: float | None = None  # monotonic
-        self.deadline_ts = math.inf  # epoch seconds
-        self.last = math.inf  # the smallest value remaining() has returned
-
-
-_CURRENT_RUN: ContextVar[_Run | None] = ContextVar("tenacity_budget_run", default=None)
-
-
-def remaining() -> float | None:
-    """Seconds left in the current budgeted run, or ``None`` outside one.
-
-    Inside an attempt of a function decorated with ``policy.retry()``, this is the time
-    until the earlier of the run's budget end (first attempt's start plus ``max_elapsed``)
-    and its deadline, never negative. It only decreases within a run (monotonic clock) and
-    is per run: each thread and each asyncio task sees its own. Typical use::
-
-        httpx.get(url, timeout=tenacity_budget.remaining())
+    Attributes:
+        outer: the enclosing frame, or ``None``.
+        mono_end: the earliest end on the monotonic clock (budgets, relative scopes).
+        wall_end: the earliest end on the wall clock, epoch seconds (absolute deadlines).
+        run: the record of the budgeted run this frame belongs to, if any.
     """
-    run = _CURRENT_RUN.get()
-    if run is None or run.budget_end is None:
-        return None
-    left = run.budget_end - time.monotonic()
-    if run.deadline_ts != math.inf:
-        left = min(left, run.deadline_ts - time.time())
-    # Never more than before: a wall clock stepped back must not hand out extra time.
-    left = min(max(0.0, left), run.last)
-    run.last = left
+
+    __slots__ = ("last", "mono_end", "outer", "run", "wall_end")
+
+    mono_end: float
+    wall_end: float
+
+    def __init__(
+        self,
+        outer: Horizon | None,
+        *,
+        mono_end: float = math.inf,
+        wall_end: float = math.inf,
+        run: RunState | None = None,
+    ) -> None:
+        self.outer = outer
+        if outer is not None:
+            mono_end = min(mono_end, outer.mono_end)
+            wall_end = min(wall_end, outer.wall_end)
+        self.mono_end = mono_end
+        self.wall_end = wall_end
+        self.run = run
+        self.last = math.inf  # the smallest value remaining() has handed out in this frame
+
+    def __repr__(self) -> str:
+        return f"<Horizon left={self.left()!r} run={self.run!r}>"
+
+    def left(self) -> float:
+        """Seconds until the earliest end (may be negative; ``inf`` without an end)."""
+        left = math.inf
+        if self.mono_end != math.inf:
+            left = self.mono_end - time.monotonic()
+        if self.wall_end != math.inf:
+            left = min(left, self.wall_end - time.time())
+        return left
+
+    def deadline(self) -> datetime | None:
+        """The earliest end as an aware UTC instant, or ``None`` without an end."""
+        left = self.left()
+        if left == math.inf:
+            return None
+        return datetime.now(UTC) + timedelta(seconds=left)
+
+
+_HORIZON: ContextVar[Horizon | None] = ContextVar("tenacity_budget_horizon", default=None)
+
+
+def current_horizon() -> Horizon | None:
+    """The innermost ambient frame of this thread or task, or ``None`` outside any."""
+    return _HORIZON.get()
+
+
+def remaining(default: float | None = None) -> float | None:
+    """Seconds left in the current budgeted run or deadline scope, else ``default``.
+
+    Inside an attempt of a function decorated with ``policy.retry()`` this is the time
+    until the earliest of the run's budget end (first attempt's start plus
+    ``max_elapsed``), its deadlines and every enclosing one (a :func:`deadline_scope`, the
+    run this run is nested in); inside a scope, the time until the scope's end. Never
+    negative, it only decreases within a frame (a wall clock stepped back hands out no
+    extra time), and it is per thread and per asyncio task. Outside any run or scope it
+    returns ``default``, so that ``timeout=remaining(30.0)`` never silently means "no
+    timeout" to a client that reads ``None`` that way::
+
+        httpx.get(url, timeout=tenacity_budget.remaining(30.0))
+    """
+    horizon = _HORIZON.get()
+    if horizon is None:
+        return default
+    left = horizon.left()
+    if left == math.inf:
+        return default
+    left = min(max(0.0, left), horizon.last)
+    horizon.last = left
     return left
+
+
+def ambient_deadline() -> datetime | None:
+    """The earliest enclosing deadline as an aware UTC instant, or ``None`` outside any.
+
+    For integrations that hand a deadline on (a task message, a request header): the end
+    of the innermost :func:`deadline_scope` or budgeted run, merged with all enclosing ones.
+    """
+    horizon = _HORIZON.get()
+    return None if horizon is None else horizon.deadline()
+
+
+@contextmanager
+def _frame(horizon: Horizon) -> Iterator[Horizon]:
+    token = _HORIZON.set(horizon)
+    try:
+        yield horizon
+    finally:
+        _HORIZON.reset(token)
+
+
+class deadline_scope:  # lower case: used like a function, `with deadline_scope(2):`
+    """Set an ambient deadline for the code inside: ``with deadline_scope(2.0): ...``.
+
+    ``seconds`` from now (monotonic clock), or an aware ``deadline`` (wall clock); the
+    earlier of both when both are given. Scopes nest, and the innermost effective deadline
+    is the earliest of all enclosing ones: a scope can shorten the time left, never extend
+    it. Every budgeted run started inside treats the scope's end as its own ``deadline=``
+    (it never ends after it; reason ``deadline`` when that is what stops it), and
+    :func:`remaining` inside never exceeds the time left. Works as ``with`` and
+    ``async with``; per thread and per asyncio task, like :func:`remaining`.
+
+    Raises:
+        TypeError: when neither ``seconds`` nor ``deadline`` is given, or for a
+            ``deadline`` that is not a datetime.
+        ValueError: for NaN or negative ``seconds``, or a naive ``deadline``.
+    """
+
+    __slots__ = ("_token", "deadline", "horizon", "seconds")
+
+    def __init__(self, seconds: float | None = None, *, deadline: datetime | None = None) -> None:
+        if seconds is None and deadline is None:
+            raise TypeError("deadline_scope needs seconds= (from now) or deadline= (aware)")
+        if seconds is not None:
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                raise TypeError(f"seconds must be a number, got {type(seconds).__name__}")
+            if math.isnan(seconds) or seconds < 0:
+                raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
+        if deadline is not None:
+            check_aware(deadline)
+        self.seconds = seconds
+        self.deadline = deadline
+        self.horizon: Horizon | None = None
+        self._token: Token[Horizon | None] | None = None
+
+    def __repr__(self) -> str:
+        return f"deadline_scope(seconds={self.seconds!r}, deadline={self.deadline!r})"
+
+    def __enter__(self) -> Horizon:
+        if self._token is not None:
+            raise RuntimeError("a deadline_scope is entered once; make a new one")
+        mono_end = math.inf if self.seconds is None else time.monotonic() + self.seconds
+        wall_end = math.inf if self.deadline is None else self.deadline.timestamp()
+        self.horizon = Horizon(_HORIZON.get(), mono_end=mono_end, wall_end=wall_end)
+        self._token = _HORIZON.set(self.horizon)
+        return self.horizon
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        _HORIZON.reset(self._token)
+
+    async def __aenter__(self) -> Horizon:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__(*exc_info)
 
 
 @contextmanager
@@ -99,17 +240,11 @@ def remaining_until(end: datetime) -> Iterator[None]:
 
     For integrations that run attempts themselves rather than through tenacity (the
     Celery integration runs one attempt per task execution): the block is one attempt
-    of a run that must be over by ``end``.
+    of a run that must be over by ``end``. An enclosing deadline still holds.
     """
     check_aware(end, "end")
-    run = _Run()
-    run.budget_end = time.monotonic() + (end.timestamp() - time.time())
-    run.deadline_ts = end.timestamp()
-    token = _CURRENT_RUN.set(run)
-    try:
+    with _frame(Horizon(_HORIZON.get(), wall_end=end.timestamp())):
         yield
-    finally:
-        _CURRENT_RUN.reset(token)
 
 
 def _observers(stats: Any) -> tuple[RetryObserver, ...]:
@@ -125,6 +260,48 @@ def _observers(stats: Any) -> tuple[RetryObserver, ...]:
     return items
 
 
+def _callback_name(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of ``fn`` (the name observers are told), else its ``repr``."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:
+        return repr(fn)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module else str(name)
+
+
+class AttemptTimedOut(Exception):
+    """An attempt of a ``hard_deadline`` run was cancelled because the run's time was up.
+
+    Internal to ``policy.retry(hard_deadline=True)``: the run ends with
+    :class:`~tenacity_budget.BudgetExhausted` (``reason`` wall_clock or deadline), chained
+    from the ``TimeoutError`` of the cancelled attempt; never retried.
+    """
+
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(f"the attempt was cancelled: the run's time was up ({reason.value})")
+        self.reason = reason
+
+
+class _AsyncBudgetStop:
+    """The run's stops, then an awaited retry-budget decision (asyncio retry budgets).
+
+    tenacity's ``|`` calls stops synchronously, so an awaited withdrawal cannot be composed
+    with it; ``AsyncRetrying`` awaits a top-level async stop, which this is.
+    """
+
+    def __init__(self, first: Any, budget: Any) -> None:
+        self.first = first
+        self.budget = budget
+
+    async def __call__(self, retry_state: RetryCallState) -> bool:
+        if self.first(retry_state):
+            return True
+        if await self.budget.try_withdraw():
+            return False
+        stopped_by(retry_state, StopReason.RETRY_BUDGET)
+        return True
+
+
 class BudgetedRetry:
     """The decorator ``policy.retry(...)`` returns; apply it to a sync or async function.
 
@@ -138,6 +315,16 @@ class BudgetedRetry:
             (chained to the run's last exception), never swallowed.
         stats: a :class:`RetryObserver` (e.g. :class:`~tenacity_budget.RetryStats`) or a
             sequence of them.
+        budget: a retry budget (:class:`~tenacity_budget.RetryBudget`,
+            :class:`~tenacity_budget.redis.RedisRetryBudget`) shared by every call to the
+            dependency: each call deposits once, each retry withdraws one, asked only after
+            the policy (and any ``stop=``) would allow the retry; a refusal ends the run at
+            once (reason ``retry_budget``). An asyncio budget needs a coroutine function.
+        hard_deadline: on a coroutine function, cancel an attempt still running when the
+            run's time (budget, deadline, enclosing scope) is up; the run then ends with
+            :class:`BudgetExhausted` (reason ``wall_clock`` or ``deadline``, chained from
+            the ``TimeoutError``). A sync function cannot be interrupted safely:
+            ``TypeError`` at decoration.
         tenacity_kwargs: any other ``tenacity.retry`` argument (``retry=``, ``before_sleep=``,
             ``reraise=``, ``sleep=``, ...). A ``stop=`` is combined with the budget stop
             (either ends the run); a ``wait=`` replaces the policy's wait, the budget stop
@@ -155,14 +342,27 @@ class BudgetedRetry:
         retry_after: RetryAfter | None = None,
         on_exhausted: Callable[[ExhaustionReport], Any] | None = None,
         stats: Any = None,
+        budget: Any = None,
+        hard_deadline: bool = False,
         tenacity_kwargs: dict[str, Any] | None = None,
     ) -> None:
         kwargs = dict(tenacity_kwargs or {})
         if on_exhausted is not None and not callable(on_exhausted):
             raise TypeError("on_exhausted must be a callable taking the ExhaustionReport")
+        if budget is not None and not all(
+            callable(getattr(budget, name, None)) for name in ("deposit", "try_withdraw", "stop")
+        ):
+            raise TypeError(
+                "budget must be a retry budget (RetryBudget or RedisRetryBudget: deposit(), "
+                f"try_withdraw(), stop()), got {type(budget).__name__}"
+            )
+        if not isinstance(hard_deadline, bool):
+            raise TypeError(f"hard_deadline must be a bool, got {type(hard_deadline).__name__}")
         self.policy = policy
         self.on_exhausted = on_exhausted
         self.observers = _observers(stats)
+        self.budget = budget
+        self.hard_deadline = hard_deadline
         self.stop = policy.stop(deadline=deadline)
         self._options: dict[str, Any] = {
             "deadline": deadline,
@@ -171,11 +371,22 @@ class BudgetedRetry:
             "retry_after": retry_after,
             "on_exhausted": on_exhausted,
             "stats": stats,
+            "budget": budget,
+            "hard_deadline": hard_deadline,
         }
         self._tenacity_kwargs = dict(kwargs)
         wait = kwargs.pop("wait", None) or policy.wait(rng=rng, seed=seed, retry_after=retry_after)
         user_stop = kwargs.pop("stop", None)
-        stop = self.stop if user_stop is None else self.stop | user_stop
+        stop: Any = self.stop if user_stop is None else self.stop | user_stop
+        self._async_budget = budget is not None and bool(getattr(budget, "is_async", False))
+        if budget is not None:
+            # Asked last: tenacity's `|` stops at the first true, so a retry the policy
+            # refuses never spends the shared budget.
+            stop = _AsyncBudgetStop(stop, budget) if self._async_budget else stop | budget.stop()
+        if hard_deadline:
+            # A cancelled attempt ends the run; it is never retried.
+            retry = kwargs.pop("retry", tenacity.retry_if_exception_type())
+            kwargs["retry"] = tenacity.retry_if_not_exception_type(AttemptTimedOut) & retry
         self._user_before = kwargs.pop("before", None)
         self._user_before_sleep = kwargs.pop("before_sleep", None)
         self._user_error_callback = kwargs.pop("retry_error_callback", None)
@@ -201,21 +412,31 @@ class BudgetedRetry:
         elif self._user_before_sleep is not None:
             self._retrying_kwargs["before_sleep"] = self._user_before_sleep
 
-    def _new_run(self) -> _Run:
-        """The record remaining() reads, for a run starting now."""
-        run = _Run()
-        run.budget_end = time.monotonic() + self.policy.max_elapsed
-        run.deadline_ts = self._fixed_deadline_ts
-        return run
+    # -- one call -------------------------------------------------------------------------
+
+    def _begin_call(self, retrying: tenacity.BaseRetrying) -> Horizon:
+        """The record and ambient frame of a call starting now (remaining() reads them)."""
+        policy = self.policy
+        record = RunState(policy.max_elapsed, policy.max_attempts())
+        prepare(retrying, record)
+        if self.budget is not None:
+            self.budget.deposit()
+        return Horizon(
+            _HORIZON.get(),
+            mono_end=time.monotonic() + policy.max_elapsed,
+            wall_end=self._fixed_deadline_ts,
+            run=record,
+        )
 
     # -- tenacity hooks -------------------------------------------------------------------
 
     def _before(self, retry_state: RetryCallState) -> None:
         # Only installed for a deadline callable: resolve it (once) for remaining().
         if retry_state.attempt_number == 1:
-            run = _CURRENT_RUN.get()
-            if run is not None:
-                run.deadline_ts = self.stop.run_state(retry_state).deadline_ts
+            horizon = _HORIZON.get()
+            if horizon is not None:
+                record = self.stop.run_state(retry_state)
+                horizon.wall_end = min(horizon.wall_end, record.deadline_ts)
         if self._user_before is not None:
             self._user_before(retry_state)
 
@@ -230,22 +451,45 @@ class BudgetedRetry:
     def _give_up(self, retry_state: RetryCallState) -> Any:
         outcome = retry_state.outcome
         assert outcome is not None
-        report = ExhaustionReport.from_attempt(outcome)
-        if self.observers:
-            name = retry_state.get_fn_name()
-            for observer in self.observers:
-                observer.on_exhausted(name, report)
-        if self.on_exhausted is not None:
-            self.on_exhausted(report)
+        record = run_state(retry_state)
+        report = (
+            record.report(outcome.exception())
+            if record is not None
+            else ExhaustionReport.from_attempt(outcome)
+        )
+        self._exhausted(retry_state.get_fn_name(), report)
         if self._user_error_callback is not None:
             return self._user_error_callback(retry_state)
         if self._reraise and outcome.failed:
             raise cast(BaseException, outcome.exception())
+        raise self._error(outcome, report) from outcome.exception()
+
+    def _exhausted(self, name: str, report: ExhaustionReport) -> None:
+        for observer in self.observers:
+            observer.on_exhausted(name, report)
+        if self.on_exhausted is not None:
+            self.on_exhausted(report)
+
+    def _error(self, outcome: tenacity.Future, report: ExhaustionReport) -> RetryError:
         if issubclass(self._error_cls, BudgetExhausted):
-            error: RetryError = self._error_cls(outcome, report)
-        else:
-            error = self._error_cls(outcome)
-        raise error from outcome.exception()
+            return self._error_cls(outcome, report)
+        return self._error_cls(outcome)
+
+    def _timed_out(self, name: str, horizon: Horizon, started: float, exc: AttemptTimedOut) -> Any:
+        """End a hard-deadline run whose attempt was cancelled (or overran its time)."""
+        record = horizon.run
+        assert record is not None
+        record.attempts = record.observed + 1
+        record.elapsed = time.monotonic() - started
+        record.reason = exc.reason
+        timeout = exc.__cause__ if exc.__cause__ is not None else exc
+        outcome = tenacity.Future.construct(record.attempts, timeout, True)
+        tag(outcome, record)
+        report = record.report(timeout)
+        self._exhausted(name, report)
+        if self._reraise:
+            raise timeout
+        raise self._error(outcome, report) from timeout
 
     # -- decoration -----------------------------------------------------------------------
 
@@ -255,49 +499,66 @@ class BudgetedRetry:
         # between concurrent calls of a function and crashes with KeyError when threads
         # race on it (jd/tenacity#701). A copy per call keeps each run's state its own.
         is_async = inspect.iscoroutinefunction(fn)
+        if self.hard_deadline and not is_async:
+            raise TypeError(
+                f"hard_deadline=True needs a coroutine function, and {_callback_name(fn)} is "
+                "not one: a running sync call cannot be interrupted safely. Bound each "
+                "attempt with its own timeout instead, e.g. timeout=remaining(30.0)"
+            )
+        if self._async_budget and not is_async:
+            raise TypeError(
+                f"{_callback_name(fn)} is a sync function but the retry budget is asyncio "
+                "(an asyncio Redis client): use a sync client, or decorate a coroutine function"
+            )
         controller: tenacity.BaseRetrying = (
             tenacity.AsyncRetrying(**self._retrying_kwargs)
             if is_async
             else tenacity.Retrying(**self._retrying_kwargs)
         )
         observers = self.observers
-        name = get_callback_name(fn)
+        name = _callback_name(fn)
         wrapper: Callable[..., Any]
 
         if is_async:
+            target = self._hard_attempt(fn) if self.hard_deadline else fn
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                token = _CURRENT_RUN.set(self._new_run())
+                retrying = controller.copy()
+                started = time.monotonic()
+                horizon = self._begin_call(retrying)
+                token = _HORIZON.set(horizon)
                 try:
                     for observer in observers:
                         observer.on_call(name)
-                    retrying = controller.copy()
                     attrs.statistics = retrying.statistics
-                    result = await retrying(fn, *args, **kwargs)
+                    try:
+                        result = await retrying(target, *args, **kwargs)
+                    except AttemptTimedOut as exc:
+                        return self._timed_out(name, horizon, started, exc)
                     for observer in observers:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
                 finally:
-                    _CURRENT_RUN.reset(token)
+                    _HORIZON.reset(token)
 
             wrapper = async_wrapper
         else:
 
             @functools.wraps(fn)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                token = _CURRENT_RUN.set(self._new_run())
+                retrying = controller.copy()
+                token = _HORIZON.set(self._begin_call(retrying))
                 try:
                     for observer in observers:
                         observer.on_call(name)
-                    retrying = controller.copy()
                     attrs.statistics = retrying.statistics
                     result = retrying(fn, *args, **kwargs)
                     for observer in observers:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
                 finally:
-                    _CURRENT_RUN.reset(token)
+                    _HORIZON.reset(token)
 
             wrapper = sync_wrapper
 
@@ -306,6 +567,31 @@ class BudgetedRetry:
         attrs.statistics = {}
         attrs.retry_with = functools.partial(self._retry_with, fn)
         return cast(F, wrapper)
+
+    def _hard_attempt(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with each attempt bounded by the run's time left (``hard_deadline``)."""
+
+        @functools.wraps(fn)
+        async def attempt(*args: Any, **kwargs: Any) -> Any:
+            horizon = _HORIZON.get()
+            assert horizon is not None
+            left = horizon.left()
+            timeout = asyncio.timeout(None if left == math.inf else max(0.0, left))
+            try:
+                async with timeout:
+                    result = await fn(*args, **kwargs)
+            except TimeoutError as exc:
+                if timeout.expired():
+                    raise AttemptTimedOut(_binding_end(horizon)) from exc
+                raise
+            if horizon.left() < 0:
+                # It ran past the run's time without being cancelled in time (a clock
+                # that jumps, as the virtual clock does): as late as a cancelled one.
+                late = TimeoutError("the attempt ended after the run's time was up")
+                raise AttemptTimedOut(_binding_end(horizon)) from late
+            return result
+
+        return attempt
 
     def _retry_with(self, fn: F, **changes: Any) -> F:
         """``fn`` decorated again with some options changed (like tenacity's ``retry_with``).
@@ -320,3 +606,12 @@ class BudgetedRetry:
             **{k: v for k, v in changes.items() if k not in self._options},
         }
         return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)
+
+
+def _binding_end(horizon: Horizon) -> StopReason:
+    """Which end ran out for a run's frame: its own budget (wall_clock) or a deadline."""
+    outer = horizon.outer
+    by_deadline = horizon.wall_end != math.inf and horizon.wall_end - time.time() <= 0
+    if outer is not None and outer.mono_end <= horizon.mono_end:
+        by_deadline = by_deadline or outer.mono_end - time.monotonic() <= 0
+    return StopReason.DEADLINE if by_deadline else StopReason.WALL_CLOCK

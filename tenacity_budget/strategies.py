@@ -2,10 +2,12 @@
 
 :class:`wait_budget` and :class:`stop_budget` are ordinary tenacity strategies (subclasses
 of ``wait_base`` and ``stop_base``), so ``+``, ``|`` and ``&`` compose them with any other.
-Both keep what they must remember about a run (a seeded generator, the previous wait, the
-longest attempt so far) on tenacity's ``RetryCallState`` of that run, so one strategy
-object serves any number of concurrent runs, in threads or tasks, and nothing outlives a
-run.
+Neither computes anything itself: the delay is :func:`~tenacity_budget.solver.nominal_delay`,
+the randomness :func:`~tenacity_budget.jitter.jitter_for`, the decision
+:func:`~tenacity_budget.decision.decide`. What they remember about a run lives in its one
+:class:`~tenacity_budget.state.RunState`, so one strategy object serves any number of
+concurrent runs, in threads or tasks, and nothing outlives a run. :class:`BudgetState` is
+the read-only view of that record for hooks.
 """
 
 from __future__ import annotations
@@ -22,9 +24,14 @@ from tenacity import RetryCallState
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from .exhaustion import STATE_ATTR, ExhaustionReport, StopReason
-from .jitter import apply_jitter
+from . import _config
+from ._config import check_aware, check_seed, earliest
+from .decision import decide
+from .exhaustion import StopReason
+from .jitter import jitter_for
+from .runtime import current_horizon
 from .solver import nominal_delay
+from .state import RunState, begin, observe, run_state
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -43,50 +50,6 @@ DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 
 RetryAfter: TypeAlias = Callable[[BaseException], float | None]
 """Reads a server-dictated wait (seconds) from an exception, or ``None`` to back off."""
-
-# Zero-wait, bounded-attempt mode for test suites; set through tenacity_budget.testing.
-_testing_attempts: int | None = None
-
-
-def set_testing_attempts(attempts: int | None) -> None:
-    """Switch every budgeted strategy to zero-wait mode with ``attempts`` calls (``None``: off).
-
-    Prefer :func:`tenacity_budget.testing.set_testing`, which documents this switch.
-    """
-    global _testing_attempts
-    if attempts is not None and attempts < 1:
-        raise ValueError(f"testing mode needs attempts >= 1, got {attempts!r}")
-    _testing_attempts = attempts
-
-
-def testing_attempts() -> int | None:
-    """The attempt bound of the testing mode, or ``None`` when it is off."""
-    return _testing_attempts
-
-
-testing_attempts.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
-
-
-def check_aware(deadline: datetime, what: str = "deadline") -> datetime:
-    """Return ``deadline`` if it is timezone-aware, else raise a ``ValueError`` saying why."""
-    if not isinstance(deadline, datetime):
-        raise TypeError(f"{what} must be a timezone-aware datetime, got {type(deadline).__name__}")
-    if deadline.tzinfo is None or deadline.utcoffset() is None:
-        raise ValueError(
-            f"{what} must be timezone-aware, got the naive datetime {deadline.isoformat()}: "
-            "a naive time is ambiguous; pass e.g. datetime(..., tzinfo=timezone.utc)"
-        )
-    return deadline
-
-
-class _WaitRun:
-    """What one run of a wait_budget remembers: its own generator and the previous wait."""
-
-    __slots__ = ("previous", "rng")
-
-    def __init__(self, rng: random.Random | None) -> None:
-        self.rng = rng
-        self.previous = 0.0
 
 
 class wait_budget(wait_base):
@@ -120,8 +83,7 @@ class wait_budget(wait_base):
             raise ValueError("pass rng= (one shared generator) or seed= (one per run), not both")
         if rng is not None and not isinstance(rng, random.Random):
             raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        check_seed(seed)
         if retry_after is not None and not callable(retry_after):
             raise TypeError("retry_after must be a callable taking the exception")
         self.policy = policy
@@ -131,63 +93,43 @@ class wait_budget(wait_base):
         self._base = policy.base
         self._factor = policy.factor
         self._cap = policy.cap
+        self._budget = policy.max_elapsed
         self._capped_from = policy.capped_index()
         self._affordable = policy.max_attempts()
-        self._mode = policy.jitter
-        # Per-run state is needed only for a per-run generator or the decorrelated chain.
-        self._stateful = seed is not None or policy.jitter == "decorrelated"
-        self._key = f"_tenacity_budget_wait_{id(self)}"
+        self._drawn = policy.jitter != "none"
+        self._jitter = jitter_for(policy.jitter)
 
     def __repr__(self) -> str:
         return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        # Runs before every retry: the common modes are computed inline, with exactly the
-        # arithmetic of jitter.apply_jitter, so runs replay policy.waits() bit for bit.
-        if _testing_attempts is not None:
+        record = begin(retry_state, self._budget, self._affordable)
+        # Asked first after every attempt (tenacity waits, then stops), before the wait of
+        # this retry replaces it: upcoming_sleep still holds the sleep just taken.
+        observe(retry_state, record, retry_state.upcoming_sleep)
+        if _config._testing_attempts is not None:
             return 0.0
         if self.retry_after is not None:
             dictated = self._dictated(retry_state)
             if dictated is not None:
-                if self._stateful:
-                    self._run(retry_state).previous = dictated
+                record.previous_wait = dictated
                 return dictated
         index = retry_state.attempt_number - 1
-        cap = self._cap
-        if index >= self._capped_from:
-            delay = cap
-        else:
-            try:
-                delay = self._base * self._factor**index  # as solver._raw computes it
-            except OverflowError:  # factor**index alone overflows; the product may not
-                delay = nominal_delay(index, self._base, self._factor, cap)
-            if delay > cap:
-                delay = cap
-        mode = self._mode
-        if mode == "none" or index >= self._affordable:
+        delay = (
+            self._cap
+            if index >= self._capped_from
+            else nominal_delay(index, self._base, self._factor, self._cap)
+        )
+        if not self._drawn or index >= self._affordable:
             # Past the affordable retries the budget stop ends the run anyway: draw nothing,
             # so a shared generator's stream stays exactly policy.waits() run after run.
             return delay
-        if self._stateful:
-            run = self._run(retry_state)
-            wait = apply_jitter(mode, delay, run.previous, self._base, run.rng)
-            run.previous = wait
-            return wait
-        draw = (self.rng or random).random()
-        if mode == "full":
-            return delay * draw  # never above delay: rounding is monotone, draw < 1
-        half = delay / 2
-        wait = half + (delay - half) * draw
-        return wait if wait < delay else delay
-
-    def _run(self, retry_state: RetryCallState) -> _WaitRun:
-        # By attribute, not through __dict__ (see stop_budget.__call__).
-        run: _WaitRun | None = getattr(retry_state, self._key, None)
-        if run is None:
-            rng = random.Random(self.seed) if self.seed is not None else self.rng
-            run = _WaitRun(rng)
-            setattr(retry_state, self._key, run)
-        return run
+        rng = record.rng
+        if rng is None:
+            rng = record.rng = random.Random(self.seed) if self.seed is not None else self.rng
+        wait = self._jitter(delay, record.previous_wait, self._base, rng)
+        record.previous_wait = wait
+        return wait
 
     def _dictated(self, retry_state: RetryCallState) -> float | None:
         assert self.retry_after is not None
@@ -202,16 +144,13 @@ class wait_budget(wait_base):
         seconds = float(value)
         if math.isnan(seconds):
             return None
+        # An infinite dictated wait is kept as it is: the stop ends the run (sleep_budget).
         return max(0.0, seconds)
-
-
-# Where the latest stop_budget decision of a run is left for hooks (logging, breakers).
-_LATEST = "_tenacity_budget_run"
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetState:
-    """How a run stands against its budget at the latest ``stop_budget`` decision.
+    """How a run stands against its budget at the latest budget decision.
 
     Attributes:
         attempt: calls made so far (tenacity's ``attempt_number``).
@@ -240,87 +179,44 @@ class BudgetState:
 
 
 def budget_state(retry_state: RetryCallState) -> BudgetState | None:
-    """The run's standing at its latest budget decision, or ``None`` without a budget stop.
+    """The run's standing at its latest budget decision, or ``None`` without a budget.
 
     Meant for ``before_sleep`` and ``after`` hooks: tenacity asks the stop before it sleeps,
     so in ``before_sleep`` this describes the retry about to be made.
     """
-    run: _StopRun | None = getattr(retry_state, _LATEST, None)
-    if run is None:
+    record = run_state(retry_state)
+    if record is None or record.budget is None or record.affordable is None:
         return None
     return BudgetState(
-        attempt=run.attempts,
-        affordable=run.affordable,
-        retries_left=max(0, run.affordable - run.attempts),
-        budget=run.budget,
-        elapsed=run.elapsed,
-        slept=run.slept + run.slept_error,
-        upcoming_sleep=run.last_sleep,
-        deadline=run.deadline,
+        attempt=record.attempts,
+        affordable=record.affordable,
+        retries_left=max(0, record.affordable - record.attempts),
+        budget=record.budget,
+        elapsed=record.elapsed,
+        slept=record.total_slept,
+        upcoming_sleep=record.upcoming_sleep,
+        deadline=record.deadline,
     )
-
-
-class _StopRun:
-    """What one run of a stop_budget remembers, and the figures of its last decision."""
-
-    __slots__ = (
-        "affordable",
-        "attempts",
-        "budget",
-        "deadline",
-        "deadline_ts",
-        "elapsed",
-        "last_end",
-        "last_sleep",
-        "longest",
-        "reason",
-        "slept",
-        "slept_error",
-    )
-
-    def __init__(self, budget: float, affordable: int, deadline: datetime | None) -> None:
-        self.budget = budget
-        self.affordable = affordable
-        self.deadline = deadline
-        # An absolute instant is a wall-clock matter: compare it with time.time() (epoch
-        # seconds, cheaper than building datetimes on every decision).
-        self.deadline_ts = math.inf if deadline is None else deadline.timestamp()
-        self.last_end: float | None = None
-        self.last_sleep = 0.0
-        self.longest = 0.0
-        self.attempts = 0
-        self.slept = 0.0  # compensated sum of the sleeps taken: slept + slept_error
-        self.slept_error = 0.0
-        self.elapsed = 0.0
-        self.reason = StopReason.OTHER
-
-    def report(self, last_exception: BaseException | None) -> ExhaustionReport:
-        return ExhaustionReport(
-            attempts=self.attempts,
-            affordable=self.affordable,
-            slept=self.slept + self.slept_error,
-            elapsed=self.elapsed,
-            budget=self.budget,
-            deadline=self.deadline,
-            reason=self.reason,
-            last_exception=last_exception,
-        )
 
 
 class stop_budget(stop_base):
     """Stop before a retry the budget cannot afford.
 
-    Build it with :meth:`BackoffPolicy.stop`. Before each retry it stops the run when any
-    of these holds, checked in this order (the first is the report's ``reason``):
+    Build it with :meth:`BackoffPolicy.stop`. Before each retry it measures the attempt
+    that just ended (:func:`~tenacity_budget.state.observe`) and asks the one decision
+    function, :func:`~tenacity_budget.decision.decide`, which stops the run when any of
+    these holds, in this order (the first is the report's ``reason``):
 
     1. ``count``: the run has made every retry the budget affords (``max_attempts()``);
-    2. ``sleep_budget``: total slept plus the upcoming sleep would exceed ``max_elapsed``
-       (this also bounds composed waits such as ``policy.wait() + wait_fixed(1)``);
+    2. ``sleep_budget``: the upcoming sleep is NaN or infinite, or the total slept plus it
+       would exceed ``max_elapsed`` (this also bounds composed waits such as
+       ``policy.wait() + wait_fixed(1)``);
     3. ``wall_clock``: time from the start of the first attempt to the end of the last one,
        plus the upcoming sleep, plus the estimated next attempt would exceed ``max_elapsed``
        (monotonic clock);
     4. ``deadline``: now plus the upcoming sleep plus the estimated next attempt would be
-       after the deadline (wall clock, as the deadline is an absolute instant).
+       after the deadline: the call's, the policy's, or an enclosing one (a
+       :func:`~tenacity_budget.deadline_scope`, or the run whose attempt this run is in).
 
     The next attempt is estimated as the larger of the policy's ``attempt_duration`` and
     the longest attempt seen so far in this run.
@@ -342,96 +238,81 @@ class stop_budget(stop_base):
             )
         self.policy = policy
         self.deadline = deadline
-        self._policy_deadline = policy.deadline
         self._max_attempts = policy.max_attempts()
         self._max_elapsed = policy.max_elapsed
         self._duration = policy.attempt_duration
-        self._key = f"_tenacity_budget_stop_{id(self)}"
 
     def __repr__(self) -> str:
         return f"<stop_budget {self.policy!r} deadline={self.deadline!r}>"
 
-    def run_state(self, retry_state: RetryCallState) -> _StopRun:
+    def run_state(self, retry_state: RetryCallState) -> RunState:
         """This run's record, created (and its deadline resolved) on first use."""
-        run: _StopRun | None = getattr(retry_state, self._key, None)
-        if run is None:
-            deadline = self.deadline
-            if deadline is not None and not isinstance(deadline, datetime):
-                deadline = check_aware(deadline(retry_state), "the deadline callable's result")
-            # The policy's own deadline (for_deadline) always holds: keep the earlier one.
-            own = self._policy_deadline
-            if own is not None and (deadline is None or own < deadline):
-                deadline = own
-            run = _StopRun(self._max_elapsed, self._max_attempts, deadline)
-            setattr(retry_state, self._key, run)
-            setattr(retry_state, _LATEST, run)
-        return run
+        record = begin(retry_state, self._max_elapsed, self._max_attempts)
+        if not record.resolved:
+            self._resolve(retry_state, record)
+        return record
+
+    def _resolve(self, retry_state: RetryCallState, record: RunState) -> None:
+        """Fix the run's deadline: its own, its policy's and any enclosing one."""
+        deadline = self.deadline
+        if deadline is not None and not isinstance(deadline, datetime):
+            deadline = check_aware(deadline(retry_state), "the deadline callable's result")
+        horizon = current_horizon()
+        if horizon is not None and horizon.run is record:
+            horizon = horizon.outer  # the run's own horizon is its budget, checked apart
+        own = earliest(deadline, self.policy.deadline)
+        record.deadline_ts = own.timestamp() if own is not None else math.inf
+        if horizon is not None:
+            record.deadline_ts = min(record.deadline_ts, horizon.wall_end)
+            record.deadline_mono = horizon.mono_end
+            own = earliest(own, horizon.deadline())
+        record.deadline = own
+        record.resolved = True
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        # This runs before every retry: kept flat (no helper calls on the common path) and
-        # reading the retry state by attribute, never through its __dict__, which on
-        # CPython 3.11 slows every later attribute access on it, tenacity's own included.
-        run: _StopRun | None = getattr(retry_state, self._key, None)
-        if run is None:
-            run = self.run_state(retry_state)
-        # Every duration here is a difference of tenacity's own monotonic readings (attempt
-        # ends and the run's start), so they share one clock whatever patches time in tests.
-        end = retry_state.outcome_timestamp
-        if end is None:
-            end = time.monotonic()
-        # This attempt's duration. After a sleep the attempt began no earlier than the end of
-        # the previous one plus the sleep, so this over-estimates, never under-estimates.
-        last_end = run.last_end
-        took = end - retry_state.start_time if last_end is None else end - last_end - run.last_sleep
-        if took > run.longest:
-            run.longest = took
-        # Being asked again means the previous sleep was taken. Sum the sleeps compensated
-        # (Neumaier; see solver.add_compensated), not as tenacity's drifting float idle_for,
-        # so a schedule that exactly fills the budget is not refused its last retry.
-        total, error, x = run.slept, run.slept_error, run.last_sleep
-        t = total + x
-        error += (total - t) + x if total >= x else (x - t) + total
-        total = run.slept = t
-        run.slept_error = error
-        sleep = retry_state.upcoming_sleep
+        record = self.run_state(retry_state)
+        observe(retry_state, record, record.upcoming_sleep)
+        sleep = record.upcoming_sleep = retry_state.upcoming_sleep
         attempt = retry_state.attempt_number
-        run.last_end = end
-        run.last_sleep = sleep
-        run.attempts = attempt
-        elapsed = run.elapsed = end - retry_state.start_time
-        outcome = retry_state.outcome
-        if outcome is not None:
-            setattr(outcome, STATE_ATTR, run)
-        # tenacity's @retry shares one statistics dict between concurrent calls of a function
-        # and another thread's begin() may have just cleared it, so the `+=` tenacity does
-        # right after this stop would raise KeyError (jd/tenacity#701). Put the keys back.
-        try:
-            stats = retry_state.retry_object._local.statistics  # thread-local, tenacity 9
-        except AttributeError:
-            pass
+        testing = _config._testing_attempts
+        if testing is not None:
+            reason = StopReason.COUNT if attempt >= testing else None
         else:
-            if "idle_for" not in stats or "attempt_number" not in stats:
-                stats.setdefault("idle_for", retry_state.idle_for)
-                stats.setdefault("attempt_number", attempt)
+            until = math.inf
+            if record.deadline_ts != math.inf:
+                until = record.deadline_ts - time.time()
+            if record.deadline_mono != math.inf:
+                until = min(until, record.deadline_mono - time.monotonic())
+            longest = record.longest
+            reason = decide(
+                attempts=attempt,
+                affordable=self._max_attempts,
+                slept=record.slept,
+                slept_error=record.slept_error,
+                sleep=sleep,
+                elapsed=record.elapsed,
+                next_attempt=self._duration if self._duration > longest else longest,
+                budget=self._max_elapsed,
+                until_deadline=until,
+            )
+        _repair_tenacity_statistics(retry_state)
+        record.reason = reason
+        return reason is not None
 
-        # The four checks, in order; the first that fails is the report's reason.
-        if _testing_attempts is not None:
-            reason = StopReason.COUNT if attempt >= _testing_attempts else None
-        elif attempt > self._max_attempts:
-            reason = StopReason.COUNT
-        else:
-            t = total + sleep
-            error += (total - t) + sleep if total >= sleep else (sleep - t) + total
-            need = sleep + (self._duration if self._duration > run.longest else run.longest)
-            if t + error > self._max_elapsed:
-                reason = StopReason.SLEEP_BUDGET
-            elif elapsed + need > self._max_elapsed:
-                reason = StopReason.WALL_CLOCK
-            elif run.deadline_ts != math.inf and time.time() + need > run.deadline_ts:
-                reason = StopReason.DEADLINE
-            else:
-                return False
-        if reason is None:
-            return False
-        run.reason = reason
-        return True
+
+def _repair_tenacity_statistics(retry_state: RetryCallState) -> None:
+    """Put back the statistics keys another thread's run may just have cleared.
+
+    tenacity's ``@retry`` shares one statistics dict between concurrent calls of a
+    function, and another thread's ``begin()`` may clear it between this stop and the
+    ``+=`` tenacity does right after, raising ``KeyError`` (jd/tenacity#701). This is the
+    package's one access to a private tenacity attribute; it can go once tenacity keeps
+    statistics per call (the fix of #701).
+    """
+    try:
+        stats = retry_state.retry_object._local.statistics  # thread-local, tenacity 9
+    except AttributeError:
+        return
+    if "idle_for" not in stats or "attempt_number" not in stats:
+        stats.setdefault("idle_for", retry_state.idle_for)
+        stats.setdefault("attempt_number", retry_state.attempt_number)

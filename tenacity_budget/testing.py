@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from .strategies import set_testing_attempts, testing_attempts
+from ._config import set_testing_attempts, testing_attempts
 
 if TYPE_CHECKING:
     from freezegun.api import FrozenDateTimeFactory

@@ -1,0 +1,68 @@
+"""Where a run stops: the one decision "may this run make another attempt?".
+
+:func:`decide` is a pure function of plain numbers: every place that decides whether a
+budgeted run retries (the tenacity stop, the Celery integration, any stop added later)
+measures what it knows, then asks it. Nothing here reads a clock, touches tenacity or
+keeps state, so the rule is tested on numbers alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .exhaustion import StopReason
+from .solver import add_compensated
+
+__all__ = ["decide"]
+
+
+def decide(
+    *,
+    attempts: int,
+    affordable: int,
+    slept: float,
+    slept_error: float = 0.0,
+    sleep: float,
+    elapsed: float,
+    next_attempt: float,
+    budget: float,
+    until_deadline: float = math.inf,
+) -> StopReason | None:
+    """Why the run must stop before its next attempt, or ``None`` to let it retry.
+
+    The checks, in order; the first that holds is the reason:
+
+    1. ``count``: ``attempts`` (calls made so far) exceeds the ``affordable`` retries;
+    2. ``sleep_budget``: the upcoming ``sleep`` is not a finite number (NaN or infinite:
+       it could never be slept), or the sleeps so far plus it would exceed ``budget``;
+    3. ``wall_clock``: ``elapsed`` (since the first attempt began) plus the sleep plus the
+       ``next_attempt`` estimate would exceed ``budget``;
+    4. ``deadline``: the sleep plus the next attempt would take longer than the
+       ``until_deadline`` seconds left before the earliest deadline.
+
+    Args:
+        attempts: calls made so far, the one that just failed included.
+        affordable: retries the budget affords (the solver's ``max_attempts()``).
+        slept: seconds slept so far, as a compensated sum ``slept + slept_error``
+            (:func:`~tenacity_budget.solver.add_compensated`), so a schedule that exactly
+            fills the budget is not refused its last retry for float drift.
+        slept_error: the compensation term of that sum.
+        sleep: the sleep about to be taken.
+        elapsed: seconds from the start of the first attempt to now.
+        next_attempt: the estimated duration of the next attempt.
+        budget: the run's ``max_elapsed``.
+        until_deadline: seconds from now to the earliest deadline (``inf``: none).
+    """
+    if attempts > affordable:
+        return StopReason.COUNT
+    if not -math.inf < sleep < math.inf:
+        return StopReason.SLEEP_BUDGET
+    total, error = add_compensated(slept, slept_error, sleep)
+    if total + error > budget:
+        return StopReason.SLEEP_BUDGET
+    need = sleep + next_attempt
+    if elapsed + need > budget:
+        return StopReason.WALL_CLOCK
+    if need > until_deadline:
+        return StopReason.DEADLINE
+    return None

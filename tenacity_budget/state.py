@@ -1,0 +1,217 @@
+"""Where a run's state lives: one typed record per budgeted run, and how to reach it.
+
+Every budgeted run (a tenacity run with :meth:`BackoffPolicy.wait` or
+:meth:`BackoffPolicy.stop` in it, a ``policy.retry()`` call, a Celery task run) has exactly
+one :class:`RunState`. It holds what the run has measured (attempts, the compensated sum of
+its sleeps, elapsed time, its longest attempt), the budget it runs under, the per-run
+randomness of its wait, and why it stopped. The one documented way to reach it is
+:func:`run_state`, from tenacity's ``RetryCallState`` (in any tenacity hook) or from the
+last attempt's ``Future`` (what tenacity hands ``retry_error_cls``).
+
+The record is filled by :func:`observe`, called by the package's strategies before they
+decide anything; the decision itself is :func:`tenacity_budget.decision.decide`, and the
+report of a run that gave up is built in one place, :meth:`RunState.report`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from datetime import datetime
+
+from tenacity import Future, RetryCallState
+
+from .exhaustion import ExhaustionReport, StopReason
+from .solver import add_compensated
+
+__all__ = ["RunState", "begin", "observe", "run_state", "stopped_by"]
+
+# The attribute under which the record sits on a run's RetryCallState and on each attempt's
+# Future. One name for both: a Future is what tenacity hands BudgetExhausted, with nothing
+# else of the run, so the record of the run travels on it.
+_ATTR = "_tenacity_budget_run"
+
+
+class RunState:
+    """The record of one budgeted run. Reach it with :func:`run_state`.
+
+    Attributes:
+        budget: the run's ``max_elapsed`` (``None`` for a run without a budget stop).
+        affordable: retries the budget affords (``None`` without a budget stop).
+        deadline: the earliest absolute deadline the run observes (its own, its policy's
+            and any enclosing one), once its stop has resolved it.
+        attempts: calls made so far (as of the latest observation).
+        slept: seconds slept so far (a compensated sum, exact for schedules that fill
+            their budget exactly).
+        elapsed: seconds from the start of the first attempt to the end of the latest one.
+        longest: the longest attempt seen so far, in seconds.
+        upcoming_sleep: the sleep about to be taken, as of the latest decision.
+        reason: why the run stopped, once it has (``None`` while it runs).
+    """
+
+    __slots__ = (
+        "affordable",
+        "attempts",
+        "budget",
+        "deadline",
+        "deadline_mono",
+        "deadline_ts",
+        "elapsed",
+        "last_end",
+        "longest",
+        "observed",
+        "previous_wait",
+        "reason",
+        "resolved",
+        "rng",
+        "slept",
+        "slept_error",
+        "upcoming_sleep",
+    )
+
+    def __init__(
+        self,
+        budget: float | None = None,
+        affordable: int | None = None,
+        deadline: datetime | None = None,
+    ) -> None:
+        self.budget = budget
+        self.affordable = affordable
+        self.deadline = deadline
+        # The deadline as the stop compares it, once resolved (at the run's first decision):
+        # an absolute instant is a wall-clock matter, epoch seconds against time.time();
+        # an enclosing run's budget end is a monotonic instant, against time.monotonic().
+        self.resolved = False
+        self.deadline_ts = math.inf if deadline is None else deadline.timestamp()
+        self.deadline_mono = math.inf
+        self.attempts = 0
+        self.observed = 0  # the attempt number of the latest observation
+        self.slept = 0.0  # compensated sum of the sleeps taken: slept + slept_error
+        self.slept_error = 0.0
+        self.elapsed = 0.0
+        self.longest = 0.0
+        self.last_end: float | None = None
+        self.upcoming_sleep = 0.0
+        self.reason: StopReason | None = None
+        # The wait's per-run randomness: its own generator (seeded runs) and the previous
+        # wait (the decorrelated chain).
+        self.rng: random.Random | None = None
+        self.previous_wait = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"<RunState attempts={self.attempts} slept={self.total_slept!r} "
+            f"elapsed={self.elapsed!r} budget={self.budget!r} reason={self.reason}>"
+        )
+
+    @property
+    def total_slept(self) -> float:
+        """Seconds slept so far (``slept`` with its compensation term added)."""
+        return self.slept + self.slept_error
+
+    def report(self, last_exception: BaseException | None) -> ExhaustionReport:
+        """The report of this run, as it stands (the one place a report is built)."""
+        return ExhaustionReport(
+            attempts=self.attempts,
+            affordable=self.affordable,
+            slept=self.total_slept,
+            elapsed=self.elapsed,
+            budget=self.budget,
+            deadline=self.deadline,
+            reason=self.reason if self.reason is not None else StopReason.OTHER,
+            last_exception=last_exception,
+        )
+
+
+def run_state(source: RetryCallState | Future) -> RunState | None:
+    """The record of the run ``source`` belongs to, or ``None`` if no budget took part.
+
+    ``source`` is tenacity's ``RetryCallState`` (in a ``before_sleep``, ``after`` or
+    ``retry_error_callback`` hook) or an attempt's ``Future`` (as handed to
+    ``retry_error_cls``).
+    """
+    record: RunState | None = getattr(source, _ATTR, None)
+    return record
+
+
+def prepare(retrying: object, record: RunState) -> None:
+    """Hand ``record`` to the next run of ``retrying`` (a per-call tenacity controller).
+
+    ``policy.retry()`` builds each call's record before tenacity builds the call's
+    ``RetryCallState``, so that :func:`~tenacity_budget.remaining` works from the first
+    attempt on; the run's first :func:`begin` adopts it.
+    """
+    setattr(retrying, _ATTR, record)
+
+
+def begin(retry_state: RetryCallState, budget: float, affordable: int) -> RunState:
+    """The record of the run of ``retry_state``, created on the run's first use.
+
+    A record prepared for this call (:func:`prepare`) is adopted; otherwise a new one is
+    made with the given budget figures.
+    """
+    record: RunState | None = getattr(retry_state, _ATTR, None)
+    if record is None:
+        record = getattr(retry_state.retry_object, _ATTR, None)
+        if record is None or record.observed:
+            record = RunState(budget, affordable)
+        setattr(retry_state, _ATTR, record)
+    return record
+
+
+def observe(retry_state: RetryCallState, record: RunState, previous_sleep: float) -> None:
+    """Bring ``record`` up to date with the attempt that just ended, once per attempt.
+
+    Called by each of the package's strategies before it decides; the first one asked
+    after an attempt measures it and the others find it measured. ``previous_sleep`` is
+    the sleep taken before this attempt, as the caller knows it exactly; when earlier
+    attempts went unobserved (a budget stop on the right of ``&``, say), the sleeps are
+    read from tenacity's own (uncompensated) total instead.
+
+    Every duration is a difference of tenacity's own monotonic readings (attempt ends and
+    the run's start), so they share one clock whatever patches time in tests.
+    """
+    attempt = retry_state.attempt_number
+    if record.observed == attempt:
+        return
+    end = retry_state.outcome_timestamp
+    if end is None:
+        end = time.monotonic()
+    last_end = record.last_end
+    if record.observed == attempt - 1:
+        # This attempt's duration: after a sleep it began no earlier than the end of the
+        # previous attempt plus the sleep.
+        took = end - retry_state.start_time if last_end is None else end - last_end - previous_sleep
+        if took > record.longest:
+            record.longest = took
+        record.slept, record.slept_error = add_compensated(
+            record.slept, record.slept_error, previous_sleep
+        )
+    else:
+        record.slept, record.slept_error = retry_state.idle_for, 0.0
+    record.observed = record.attempts = attempt
+    record.last_end = end
+    record.elapsed = end - retry_state.start_time
+    outcome = retry_state.outcome
+    if outcome is not None:
+        tag(outcome, record)
+    # The run's latest reason is about the latest decision only.
+    record.reason = None
+
+
+def tag(attempt: Future, record: RunState) -> None:
+    """Link an attempt's ``Future`` to its run's record (what :func:`run_state` reads)."""
+    setattr(attempt, _ATTR, record)
+
+
+def stopped_by(retry_state: RetryCallState, reason: StopReason) -> None:
+    """Record that ``reason`` ends the run of ``retry_state`` (for stops that decide it).
+
+    A stop other than the budget's own (a retry budget's, say) calls this when it ends the
+    run, so the report says why. A run without a record (no budget took part) is left as
+    it is.
+    """
+    record = run_state(retry_state)
+    if record is not None:
+        record.reason = reason
