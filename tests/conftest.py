@@ -1,12 +1,30 @@
-"""Shared fixtures: a frozen clock for tests that drive time by hand."""
+"""Shared fixtures, and the package's own pytest plugin.
+
+The ``virtual_clock`` fixture comes from ``tenacity_budget.pytest_plugin``. An installed
+package registers that module through its ``pytest11`` entry point; a plain checkout (or a
+run with ``-p no:tenacity_budget``, or with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` set) has not
+registered it, so this conftest names it. It must not name it twice: pytest registers an
+entry-point plugin under the entry point's name (``tenacity_budget``) and a ``pytest_plugins``
+one under its module name, and one module under two names is an error ("Plugin already
+registered under a different name").
+
+The guard: pytest loads entry-point plugins (and ``-p`` ones) before it imports any
+conftest, and loading a plugin imports its module; nothing else imports that module before
+this point. So the module is already imported here exactly when it is registered.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
 from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
+
+# Decided before anything here imports the package.
+PLUGIN = "tenacity_budget.pytest_plugin"
+pytest_plugins = [] if PLUGIN in sys.modules else [PLUGIN]
 
 
 @pytest.fixture
