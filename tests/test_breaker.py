@@ -6,8 +6,6 @@ timeout read); sleeps are recorded and advance the frozen clock.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import pybreaker
 import pytest
 import tenacity
@@ -19,28 +17,11 @@ from tenacity.stop import stop_base
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted, ExhaustionReport, RetryStats, StopReason
 from tenacity_budget.breaker import guarded, stop_when_open
+from tests._helpers import async_sleeper, sleeper
 
 # Affords 5 retries (sleeps 1, 2, 4, 8, 8) when attempts are instant.
 POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
 AFFORDABLE = POLICY.max_attempts()
-
-
-def sleeper(clock: FrozenDateTimeFactory, sleeps: list[float]) -> Callable[[float], None]:
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.tick(seconds)
-
-    return sleep
-
-
-def async_sleeper(
-    clock: FrozenDateTimeFactory, sleeps: list[float]
-) -> Callable[[float], Awaitable[None]]:
-    async def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.tick(seconds)
-
-    return sleep
 
 
 def state_after(exc: BaseException | None) -> tenacity.RetryCallState:

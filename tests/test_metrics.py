@@ -11,7 +11,7 @@ import importlib
 import subprocess
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from tenacity_budget import (
 )
 from tenacity_budget.otel import DEFAULT_SLEEP_BOUNDARIES, OpenTelemetryObserver
 from tenacity_budget.prometheus import DEFAULT_SLEEP_BUCKETS, PrometheusObserver
+from tests._helpers import async_sleeper, sleeper
 
 # Instant attempts: the run stops on the count, after sleeping 1, 2, 4, 8, 8.
 POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
@@ -59,31 +60,13 @@ def report(reason: StopReason = StopReason.COUNT, attempts: int = 3) -> Exhausti
 # -- running decorated functions -----------------------------------------------------------
 
 
-def sync_sleeper(clock: FrozenDateTimeFactory, sleeps: list[float]) -> Callable[[float], None]:
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.tick(seconds)
-
-    return sleep
-
-
-def async_sleeper(
-    clock: FrozenDateTimeFactory, sleeps: list[float]
-) -> Callable[[float], Awaitable[None]]:
-    async def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.tick(seconds)
-
-    return sleep
-
-
 def run_workload_sync(clock: FrozenDateTimeFactory, stats: Any) -> list[float]:
     """One first-try success, one success after two retries, one exhausted call."""
     sleeps: list[float] = []
     failures = {"ok": 0, "flaky": 2, "down": 10**6}
     calls: dict[str, int] = {}
 
-    @POLICY.retry(stats=stats, sleep=sync_sleeper(clock, sleeps))
+    @POLICY.retry(stats=stats, sleep=sleeper(clock, sleeps))
     def work(kind: str) -> str:
         calls[kind] = calls.get(kind, 0) + 1
         if calls[kind] <= failures[kind]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from freezegun.api import FrozenDateTimeFactory
@@ -21,6 +21,7 @@ from tenacity_budget import (
     RetryStatsSnapshot,
     StopReason,
 )
+from tests._helpers import sleeper
 
 # Affords 5 retries (sleeps 1, 2, 4, 8, 8) when attempts are instant.
 POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
@@ -241,21 +242,13 @@ def test_policy_retry_feeds_stats_from_many_threads() -> None:
 # -- through policy.retry(stats=...) -------------------------------------------------------
 
 
-def sync_sleeper(clock: FrozenDateTimeFactory, sleeps: list[float]) -> Callable[[float], None]:
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.tick(seconds)
-
-    return sleep
-
-
 def test_policy_retry_counts_a_sync_workload(frozen: FrozenDateTimeFactory) -> None:
     stats = RetryStats()
     sleeps: list[float] = []
     failures = {"ok": 0, "flaky": 2, "down": 10**6}
     calls: dict[str, int] = {}
 
-    @POLICY.retry(stats=stats, sleep=sync_sleeper(frozen, sleeps))
+    @POLICY.retry(stats=stats, sleep=sleeper(frozen, sleeps))
     def work(kind: str) -> str:
         calls[kind] = calls.get(kind, 0) + 1
         frozen.tick(0.25)
@@ -279,7 +272,7 @@ def test_policy_retry_counts_a_sync_workload(frozen: FrozenDateTimeFactory) -> N
 def test_one_stats_object_serves_several_functions(frozen: FrozenDateTimeFactory) -> None:
     stats = RetryStats()
     sleeps: list[float] = []
-    retry = POLICY.retry(stats=stats, sleep=sync_sleeper(frozen, sleeps))
+    retry = POLICY.retry(stats=stats, sleep=sleeper(frozen, sleeps))
     flips = {"n": 0}
 
     @retry
@@ -304,7 +297,7 @@ def test_retry_with_swaps_the_stats(frozen: FrozenDateTimeFactory) -> None:
     first, second = RetryStats(), RetryStats()
     sleeps: list[float] = []
 
-    @POLICY.retry(stats=first, sleep=sync_sleeper(frozen, sleeps))
+    @POLICY.retry(stats=first, sleep=sleeper(frozen, sleeps))
     def fetch() -> int:
         return 1
 
