@@ -15,6 +15,7 @@ this point. So the module is already imported here exactly when it is registered
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Iterator
 
@@ -33,3 +34,11 @@ def frozen() -> Iterator[FrozenDateTimeFactory]:
     with freeze_time("2024-03-01 12:00:00", tick=False) as clock:
         assert isinstance(clock, FrozenDateTimeFactory)
         yield clock
+
+
+@pytest.fixture
+def module_random() -> Iterator[None]:
+    """Restore the ``random`` module's generator after a test that seeds it."""
+    state = random.getstate()
+    yield
+    random.setstate(state)

@@ -7,7 +7,7 @@ within that delay whatever the draw, so the budget computed from nominal delays 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -36,14 +36,6 @@ class FixedDraw(random.Random):
         """The fixed draw (counted)."""
         self.calls += 1
         return self.draw
-
-
-@pytest.fixture
-def module_random() -> Iterator[None]:
-    """Restore the ``random`` module's generator after a test that seeds it."""
-    state = random.getstate()
-    yield
-    random.setstate(state)
 
 
 def one_draw_state(seed: int) -> object:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Any
@@ -50,14 +49,6 @@ def solver_is_exact(policy: BackoffPolicy) -> bool:
     duration, budget = Fraction(policy.attempt_duration), Fraction(policy.max_elapsed)
     fits = exact_sum(nominal[:m]) + (m + 1) * duration <= budget
     return fits and exact_sum(nominal) + (m + 2) * duration > budget
-
-
-@pytest.fixture
-def module_random() -> Iterator[None]:
-    """Restore the ``random`` module's generator after a test that seeds it."""
-    state = random.getstate()
-    yield
-    random.setstate(state)
 
 
 # -- validation ---------------------------------------------------------------------------

@@ -108,14 +108,6 @@ def testing_mode_off() -> Iterator[None]:
     set_testing_attempts(before)
 
 
-@pytest.fixture
-def module_random() -> Iterator[None]:
-    """Restore the ``random`` module's generator after a test that seeds it."""
-    state = random.getstate()
-    yield
-    random.setstate(state)
-
-
 # -- what the strategies are --------------------------------------------------------------
 
 
