@@ -20,9 +20,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationError,
     ValidationInfo,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ._config import check_aware, check_seed
 from .jitter import JitterMode, jitter_for
@@ -44,6 +46,24 @@ def _not_a_bool(value: Any) -> Any:
 
 
 Seconds = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
+
+
+def _refused(exc: ValidationError, given: dict[str, Any]) -> ValidationError:
+    """``exc`` again, its errors located on and showing only the arguments ``given``."""
+    errors: list[InitErrorDetails] = []
+    for error in exc.errors():
+        loc = error["loc"]
+        if loc == ("max_elapsed",):
+            loc = ("deadline",)
+        errors.append(
+            {
+                "type": PydanticCustomError("value_error", "{message}", {"message": error["msg"]}),
+                "loc": loc,
+                "input": given if not loc or loc == ("deadline",) else error["input"],
+            }
+        )
+    return ValidationError.from_exception_data(exc.title, errors)
+
 
 # How the validator names the budget: for_deadline derives max_elapsed from the deadline
 # and the reserve, and its callers can only change those, so its messages say so.
@@ -329,7 +349,12 @@ class BackoffPolicy(BaseModel):
                 f"deadline {deadline.isoformat()} is already past (now {now.isoformat()}); "
                 "there is no budget left to retry in"
             )
-        return cls.model_validate(
-            {**fields, "max_elapsed": window * (1.0 - reserve), "deadline": deadline},
-            context={"for_deadline": True},
-        )
+        try:
+            return cls.model_validate(
+                {**fields, "max_elapsed": window * (1.0 - reserve), "deadline": deadline},
+                context={"for_deadline": True},
+            )
+        except ValidationError as exc:
+            # Speak of what the caller passed: max_elapsed is derived, not theirs to change.
+            given = {**fields, "deadline": deadline, "reserve": reserve}
+            raise _refused(exc, given) from None

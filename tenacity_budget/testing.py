@@ -39,6 +39,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from unittest import mock
@@ -89,14 +90,14 @@ class VirtualClock:
     Every sleep is recorded, zero-length ones included (tenacity sleeps ``0.0`` in testing
     mode), in the order made, from any thread or task.
 
-    Resolution: freezegun's clock counts whole microseconds. The clock keeps the exact sum
-    of every sleep and advance (:attr:`elapsed`) and shows it rounded to the nearest
-    microsecond, so rounding never accumulates: ``clock.now() - clock.start`` is always
-    within half a microsecond of :attr:`elapsed`, and a sub-microsecond sleep is recorded
-    exactly but moves the visible clock only once the sum reaches the next microsecond.
-    One consequence: a run whose sleeps fill its budget to within a microsecond may stop one
-    retry earlier (reason ``wall_clock``) than :meth:`BackoffPolicy.schedule` predicts. The
-    default start is a whole second, so sleeps of whole microseconds are measured exactly.
+    Exactness: the clock keeps the exact (rational) sum of every sleep and advance;
+    :attr:`elapsed` is that sum as the nearest float, so ten ``advance(0.1)`` give exactly
+    ``1.0`` and no rounding ever accumulates. ``time.monotonic()`` and
+    ``time.perf_counter()`` read :attr:`elapsed` itself (the virtual monotonic clock starts
+    at ``0.0``) and ``time.time()`` the start's timestamp plus it, so a schedule that fills
+    its budget to the last microsecond gets exactly the retries the solver affords.
+    ``datetime.now()`` (freezegun's) shows the same instant at datetime's microsecond
+    resolution. pytest's own timing (``--durations``) keeps the real clock.
 
     Not intercepted: a ``sleep=`` passed to tenacity explicitly, a ``sleep`` imported with
     ``from time import sleep`` before the clock started, and trio's sleep. Time is frozen
@@ -122,6 +123,8 @@ class VirtualClock:
         self._requested_start = start
         self._start: datetime | None = None
         self._elapsed = 0.0
+        self._exact = Fraction(0)  # the exact sum of every sleep and advance
+        self._epoch = 0.0  # time.time() at the start
         self._factory: FrozenDateTimeFactory | None = None
         self._stack: ExitStack | None = None
         self._used = False
@@ -170,7 +173,7 @@ class VirtualClock:
         return self._final[0]
 
     def monotonic(self) -> float:
-        """The current virtual ``time.monotonic()`` (seconds, microsecond resolution).
+        """The current virtual ``time.monotonic()``: :attr:`elapsed` (it starts at ``0.0``).
 
         After the ``with`` block, its value when the clock stopped.
         """
@@ -209,7 +212,8 @@ class VirtualClock:
     def _move(self, seconds: float, *, record: bool) -> None:
         with self._lock:
             factory = self._require_running()
-            self._elapsed += seconds
+            self._exact += Fraction(seconds)
+            self._elapsed = float(self._exact)
             if record:
                 self.sleeps.append(seconds)
             # Place the clock from the exact total, so microsecond rounding never piles up.
@@ -222,6 +226,30 @@ class VirtualClock:
         return factory
 
     # -- the fakes ------------------------------------------------------------------------
+
+    def _exact_clocks(self) -> dict[str, Callable[[], float | int]]:
+        """``time`` functions reading the exact sum, not freezegun's microseconds."""
+
+        def monotonic() -> float:
+            return self._elapsed
+
+        def monotonic_ns() -> int:
+            return int(self._exact * 1_000_000_000)
+
+        def wall() -> float:
+            return self._epoch + self._elapsed
+
+        def wall_ns() -> int:
+            return int((Fraction(self._epoch) + self._exact) * 1_000_000_000)
+
+        return {
+            "monotonic": monotonic,
+            "monotonic_ns": monotonic_ns,
+            "perf_counter": monotonic,
+            "perf_counter_ns": monotonic_ns,
+            "time": wall,
+            "time_ns": wall_ns,
+        }
 
     def _fake_sleep(self, seconds: float) -> None:
         if not self.running:  # a reference kept past the with block: behave as time.sleep
@@ -266,12 +294,18 @@ class VirtualClock:
         start = start.astimezone(UTC)
         stack = ExitStack()
         try:
-            factory = stack.enter_context(freezegun.freeze_time(start, real_asyncio=True))
+            # pytest's own timing (--durations) reads through _pytest.timing: keep it real.
+            factory = stack.enter_context(
+                freezegun.freeze_time(start, ignore=["_pytest.timing"], real_asyncio=True)
+            )
             if not isinstance(factory, freezegun.api.FrozenDateTimeFactory):  # pragma: no cover
                 raise TypeError(f"freezegun returned an unexpected {type(factory).__name__}")
             _relax_frame_inspection(freezegun.api)
             self._real_sleep = time.sleep
             stack.enter_context(mock.patch.object(time, "sleep", self._fake_sleep))
+            self._epoch = start.timestamp()
+            for name, fake in self._exact_clocks().items():
+                stack.enter_context(mock.patch.object(time, name, fake))
             fake = self._fake_async_sleep(asyncio.sleep)
             stack.enter_context(mock.patch.object(asyncio, "sleep", fake))
         except BaseException:
