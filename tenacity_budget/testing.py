@@ -304,8 +304,8 @@ class VirtualClock:
             self._real_sleep = time.sleep
             stack.enter_context(mock.patch.object(time, "sleep", self._fake_sleep))
             self._epoch = start.timestamp()
-            for name, fake in self._exact_clocks().items():
-                stack.enter_context(mock.patch.object(time, name, fake))
+            for name, clock in self._exact_clocks().items():
+                stack.enter_context(mock.patch.object(time, name, clock))
             fake = self._fake_async_sleep(asyncio.sleep)
             stack.enter_context(mock.patch.object(asyncio, "sleep", fake))
         except BaseException:
