@@ -39,8 +39,8 @@ from tenacity.stop import stop_all, stop_any, stop_base
 from tenacity.wait import wait_base, wait_combine
 
 from tenacity_budget import BackoffPolicy, backoff_delays, stop_budget, wait_budget
+from tenacity_budget._config import set_testing_attempts, testing_attempts
 from tenacity_budget.jitter import JitterMode
-from tenacity_budget.strategies import set_testing_attempts, testing_attempts
 
 MODES: tuple[JitterMode, ...] = ("none", "full", "equal", "decorrelated")
 JITTERED: tuple[JitterMode, ...] = ("full", "equal", "decorrelated")

@@ -34,7 +34,7 @@ from tenacity_budget import (
 )
 
 # Aliased: pytest would collect a module-level name starting with "test" as a test.
-from tenacity_budget.strategies import testing_attempts as current_bound
+from tenacity_budget._config import testing_attempts as current_bound
 from tenacity_budget.testing import VirtualClock, set_testing, testing_mode, virtual_clock
 
 pytest_plugins = ["pytester"]
