@@ -27,28 +27,9 @@ from tenacity_budget import (
     full_jitter,
 )
 from tenacity_budget.jitter import JitterMode
+from tests._helpers import MODES, policies, solver_is_exact
 
-MODES: tuple[JitterMode, ...] = ("none", "full", "equal", "decorrelated")
 VALID: dict[str, Any] = {"base": 1.0, "factor": 2.0, "cap": 60.0, "max_elapsed": 300.0}
-
-
-def exact_sum(waits: list[float]) -> Fraction:
-    """The exact sum of ``waits``, free of float rounding."""
-    return sum((Fraction(w) for w in waits), Fraction(0))
-
-
-def solver_is_exact(policy: BackoffPolicy) -> bool:
-    """Whether ``max_attempts()`` is exactly the definition's answer for this policy.
-
-    False only on a rounding tie (the budget within ulps of a partial sum that is not
-    itself that float), which the solver may honestly call either way; its own tests
-    check it elsewhere.
-    """
-    m = policy.max_attempts()
-    nominal = list(backoff_delays(policy.base, policy.factor, policy.cap, m + 1))
-    duration, budget = Fraction(policy.attempt_duration), Fraction(policy.max_elapsed)
-    fits = exact_sum(nominal[:m]) + (m + 1) * duration <= budget
-    return fits and exact_sum(nominal) + (m + 2) * duration > budget
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -174,39 +155,6 @@ def test_json_with_bad_values_is_refused() -> None:
         )
     with pytest.raises(pydantic.ValidationError, match="Extra inputs"):
         BackoffPolicy.model_validate_json('{"base": 1, "cap": 6, "max_elapsed": 30, "x": 1}')
-
-
-@st.composite
-def policies(draw: st.DrawFn, modes: tuple[JitterMode, ...] = MODES) -> BackoffPolicy:
-    """Valid policies affording at most a few thousand retries.
-
-    A third of the budgets are an exact partial sum of the nominal delays, the boundary
-    where an off-by-one in the count or float rounding in a running total shows.
-    """
-    base = draw(st.floats(1e-3, 100.0))
-    factor = draw(st.one_of(st.floats(1.01, 5.0), st.sampled_from([1.5, 2.0, 3.0])))
-    cap = base * draw(st.floats(0.5, 200.0))
-    duration = draw(st.one_of(st.just(0.0), st.floats(0.0, base)))
-    if draw(st.integers(0, 2)) == 0:
-        n = draw(st.integers(1, 60))
-        nominal = list(backoff_delays(base, factor, cap, n))
-        budget = float(exact_sum(nominal) + (n + 1) * Fraction(duration))
-    else:
-        budget = max(base, cap) * draw(st.floats(1.0, 300.0)) + 2 * duration
-    try:
-        policy = BackoffPolicy(
-            base=base,
-            factor=factor,
-            cap=cap,
-            max_elapsed=budget,
-            jitter=draw(st.sampled_from(modes)),
-            attempt_duration=duration,
-        )
-    except pydantic.ValidationError:
-        assume(False)
-        raise  # unreachable: assume(False) ends the example
-    assume(policy.max_attempts() <= 3_000)
-    return policy
 
 
 @settings(max_examples=100, deadline=None)

@@ -37,6 +37,7 @@ from tenacity_budget import (
     nominal_delay,
     remaining,
 )
+from tests._helpers import policies
 
 Factory: TypeAlias = FrozenDateTimeFactory | StepTickTimeFactory | TickingDateTimeFactory
 
@@ -991,21 +992,21 @@ def test_async_success_returns_value(clock: Clock) -> None:
 # -- the guarantee, as properties -------------------------------------------------------------
 
 
-@st.composite
-def budget_policies(draw: st.DrawFn) -> BackoffPolicy:
-    """Valid policies affording at most a few hundred retries."""
-    base = draw(st.floats(0.05, 5))
-    cap = base * draw(st.floats(1, 20))
-    max_elapsed = cap * draw(st.floats(1, 15))
-    # base + 2 * attempt_duration <= max_elapsed, so at least one retry is affordable.
-    duration = draw(st.floats(0, 0.999)) * (max_elapsed - base) / 2
-    return BackoffPolicy(
-        base=base,
-        factor=draw(st.floats(1.1, 4)),
-        cap=cap,
-        max_elapsed=max_elapsed,
-        jitter=draw(st.sampled_from(["none", "full", "equal", "decorrelated"])),
-        attempt_duration=duration,
+def budget_policies() -> st.SearchStrategy[BackoffPolicy]:
+    """Valid policies affording at most a few hundred retries.
+
+    base + 2 * attempt_duration < max_elapsed, so at least one retry is affordable by
+    construction: a policy the model refuses fails the test instead of being skipped.
+    """
+    return policies(
+        base=(0.05, 5),
+        factor=st.floats(1.1, 4),
+        cap_ratio=(1, 20),
+        budget_ratio=(1, 15),
+        exact_budgets=0,
+        durations="within_budget",
+        most_retries=None,
+        reject_invalid=False,
     )
 
 

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any, NoReturn
 
-import pydantic
 import pytest
 from freezegun import freeze_time
 from hypothesis import assume, given, settings
@@ -38,11 +37,11 @@ from tenacity import (
 from tenacity.stop import stop_all, stop_any, stop_base
 from tenacity.wait import wait_base, wait_combine
 
-from tenacity_budget import BackoffPolicy, backoff_delays, stop_budget, wait_budget
+from tenacity_budget import BackoffPolicy, stop_budget, wait_budget
 from tenacity_budget._config import set_testing_attempts, testing_attempts
 from tenacity_budget.jitter import JitterMode
+from tests._helpers import MODES, policies, solver_is_exact
 
-MODES: tuple[JitterMode, ...] = ("none", "full", "equal", "decorrelated")
 JITTERED: tuple[JitterMode, ...] = ("full", "equal", "decorrelated")
 FROZEN_AT = "2030-01-01T00:00:00+00:00"
 
@@ -84,19 +83,6 @@ def failed_run(
     except RetryError as error:
         return function.calls, sleeps, error
     raise AssertionError("an always-failing function cannot succeed")
-
-
-def solver_is_exact(policy: BackoffPolicy) -> bool:
-    """Whether ``max_attempts()`` is exactly the definition's answer for this policy.
-
-    False only on a rounding tie that the solver may honestly call either way (its own
-    tests cover it); everywhere else a run must make exactly the affordable retries.
-    """
-    m = policy.max_attempts()
-    nominal = [Fraction(d) for d in backoff_delays(policy.base, policy.factor, policy.cap, m + 1)]
-    duration, budget = Fraction(policy.attempt_duration), Fraction(policy.max_elapsed)
-    fits = sum(nominal[:m], Fraction(0)) + (m + 1) * duration <= budget
-    return fits and sum(nominal, Fraction(0)) + (m + 2) * duration > budget
 
 
 @pytest.fixture(autouse=True)
@@ -168,39 +154,24 @@ def test_always_failing_function_is_called_max_attempts_plus_one_times(
     assert isinstance(last.exception(), Attempt)
 
 
-@st.composite
-def policies(draw: st.DrawFn, modes: tuple[JitterMode, ...] = ("none",)) -> BackoffPolicy:
-    """Valid policies affording at most a few hundred retries.
+def run_policies(modes: tuple[JitterMode, ...] = ("none",)) -> st.SearchStrategy[BackoffPolicy]:
+    """Valid policies affording at most a few hundred retries, without attempt durations.
 
     Half of the budgets are an exact partial sum of the nominal delays (the float nearest
     to it), the boundary where a float running total can disagree with the solver.
     """
-    base = draw(st.floats(1e-3, 100.0))
-    factor = draw(st.one_of(st.floats(1.01, 5.0), st.sampled_from([1.5, 2.0, 3.0])))
-    cap = base * draw(st.floats(0.5, 100.0))
-    if draw(st.booleans()):
-        n = draw(st.integers(1, 60))
-        nominal = backoff_delays(base, factor, cap, n)
-        budget = float(sum((Fraction(d) for d in nominal), Fraction(0)))
-    else:
-        budget = max(base, cap) * draw(st.floats(1.0, 100.0))
-    try:
-        policy = BackoffPolicy(
-            base=base,
-            factor=factor,
-            cap=cap,
-            max_elapsed=budget,
-            jitter=draw(st.sampled_from(modes)),
-        )
-    except pydantic.ValidationError:
-        assume(False)
-        raise  # unreachable: assume(False) ends the example
-    assume(policy.max_attempts() <= 500)
-    return policy
+    return policies(
+        modes,
+        cap_ratio=(0.5, 100.0),
+        budget_ratio=(1.0, 100.0),
+        exact_budgets=2,
+        durations="none",
+        most_retries=500,
+    )
 
 
 @settings(max_examples=100, deadline=None)
-@given(policies())
+@given(run_policies())
 def test_any_policy_makes_exactly_its_affordable_calls(policy: BackoffPolicy) -> None:
     assume(solver_is_exact(policy))
     with freeze_time(FROZEN_AT):
@@ -343,7 +314,7 @@ def test_runs_leave_nothing_behind(mode: JitterMode, how: str) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(
-    policies(modes=MODES),
+    run_policies(modes=MODES),
     st.floats(0.0, 1.0),
     st.integers(0, 2**32),
 )
