@@ -1,4 +1,4 @@
-"""Plain helpers shared by the test modules: sleepers, exact sums, hypothesis builders.
+"""Plain helpers shared by the test modules: clocks, runs, exact sums, hypothesis builders.
 
 Fixtures live in ``tests/conftest.py``; this module holds what tests call directly. Nothing
 here sleeps for real: every sleep handed to tenacity records its duration and moves a
@@ -7,19 +7,43 @@ frozen clock over it.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pydantic
+import pytest
 from freezegun.api import FrozenDateTimeFactory
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from tenacity_budget import BackoffPolicy, backoff_delays
+from tenacity_budget import BackoffPolicy, BudgetExhausted, backoff_delays, remaining
 from tenacity_budget.jitter import JitterMode
 
 MODES: tuple[JitterMode, ...] = ("none", "full", "equal", "decorrelated")
+
+# The instant the frozen clock starts at (the ``frozen`` and ``clock`` fixtures).
+START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+# Tolerance for the virtual clock itself: freezegun keeps microseconds and reads monotonic
+# time as a float of epoch seconds, so a jittered (non-microsecond) sleep lands up to about a
+# microsecond off. Every property checked with it is about seconds, so it cannot hide a
+# real breach.
+EPS = 1e-5
+
+
+def iana_zone(name: str) -> ZoneInfo:
+    """The IANA time zone ``name``; skips the calling test module where there is no database."""
+    try:
+        return ZoneInfo(name)
+    except ZoneInfoNotFoundError:  # pragma: no cover - depends on the machine
+        pytest.skip(
+            "needs the IANA time zone database (system zoneinfo or `pip install tzdata`)",
+            allow_module_level=True,
+        )
 
 
 # -- sleeping on a frozen clock -----------------------------------------------------------
@@ -45,6 +69,68 @@ def async_sleeper(
         clock.tick(seconds)
 
     return sleep
+
+
+class Clock:
+    """The frozen clock of one test: attempts tick it, sleeps record and tick it."""
+
+    def __init__(self, frozen: FrozenDateTimeFactory) -> None:
+        """Wrap freezegun's factory; the clock's zero is the current frozen instant."""
+        self._frozen = frozen
+        self.sleeps: list[float] = []
+        self.start = time.monotonic()
+
+    def tick(self, seconds: float) -> None:
+        """Advance monotonic and wall-clock time together by ``seconds``."""
+        self._frozen.tick(timedelta(seconds=seconds))
+
+    def sleep(self, seconds: float) -> None:
+        """A tenacity ``sleep=``: record the sleep, then jump the clock over it."""
+        self.sleeps.append(seconds)
+        self.tick(seconds)
+
+    async def async_sleep(self, seconds: float) -> None:
+        """The async ``sleep=``: record, jump the clock, and yield to other tasks once."""
+        self.sleeps.append(seconds)
+        self.tick(seconds)
+        await asyncio.sleep(0)
+
+    def elapsed(self) -> float:
+        """Virtual seconds since the clock was created."""
+        return time.monotonic() - self.start
+
+    @staticmethod
+    def wall() -> datetime:
+        """The frozen wall-clock time, timezone-aware."""
+        return datetime.now(UTC)
+
+
+# -- runs that fail -----------------------------------------------------------------------
+
+
+def failing(clock: Clock, durations: list[float], seen: list[float | None] | None = None) -> Any:
+    """A function whose attempt ``i`` takes ``durations[i]`` (the last one repeats) and fails.
+
+    Each attempt first records :func:`remaining` into ``seen`` when given.
+    """
+    calls = 0
+
+    def attempt(**_: Any) -> None:
+        nonlocal calls
+        if seen is not None:
+            seen.append(remaining())
+        clock.tick(durations[min(calls, len(durations) - 1)])
+        calls += 1
+        raise OSError(f"attempt {calls} failed")
+
+    return attempt
+
+
+def exhaust(fn: Callable[..., Any], **kwargs: Any) -> BudgetExhausted:
+    """Call ``fn``, which must give up with :class:`BudgetExhausted`, and return the error."""
+    with pytest.raises(BudgetExhausted) as info:
+        fn(**kwargs)
+    return info.value
 
 
 # -- exact arithmetic ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Shared fixtures, and the package's own pytest plugin.
+"""Shared fixtures (plain helpers live in ``tests/_helpers.py``), and the package's plugin.
 
 The ``virtual_clock`` fixture comes from ``tenacity_budget.pytest_plugin``. An installed
 package registers that module through its ``pytest11`` entry point; a plain checkout (or a
@@ -18,12 +18,16 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 
-# Decided before anything here imports the package.
+if TYPE_CHECKING:
+    from tests._helpers import Clock
+
+# Decided before anything here imports the package (the fixtures import it lazily).
 PLUGIN = "tenacity_budget.pytest_plugin"
 pytest_plugins = [] if PLUGIN in sys.modules else [PLUGIN]
 
@@ -34,6 +38,14 @@ def frozen() -> Iterator[FrozenDateTimeFactory]:
     with freeze_time("2024-03-01 12:00:00", tick=False) as clock:
         assert isinstance(clock, FrozenDateTimeFactory)
         yield clock
+
+
+@pytest.fixture
+def clock(frozen: FrozenDateTimeFactory) -> Clock:
+    """The frozen clock (at :data:`tests._helpers.START`) that records the sleeps it is given."""
+    from tests._helpers import Clock
+
+    return Clock(frozen)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import calendar
 import doctest
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -14,17 +14,12 @@ from hypothesis import strategies as st
 
 from tenacity_budget import deadlines
 from tenacity_budget.deadlines import add_months, gdpr_response_deadline
+from tests._helpers import iana_zone
 
-try:
-    BERLIN = ZoneInfo("Europe/Berlin")
-except ZoneInfoNotFoundError:  # pragma: no cover - depends on the machine
-    pytest.skip(
-        "needs the IANA time zone database (system zoneinfo or `pip install tzdata`)",
-        allow_module_level=True,
-    )
-DUBLIN = ZoneInfo("Europe/Dublin")
-NEW_YORK = ZoneInfo("America/New_York")
-SYDNEY = ZoneInfo("Australia/Sydney")
+BERLIN = iana_zone("Europe/Berlin")
+DUBLIN = iana_zone("Europe/Dublin")
+NEW_YORK = iana_zone("America/New_York")
+SYDNEY = iana_zone("Australia/Sydney")
 
 END = time.max  # 23:59:59.999999
 H = timedelta(hours=1)
