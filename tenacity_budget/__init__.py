@@ -8,19 +8,54 @@ tenacity strategies that never sleep past it::
     @retry(wait=policy.wait(), stop=policy.stop(), retry=retry_if_exception_type(IOError))
     def fetch(): ...
 
-Where a delay is computed: :mod:`~tenacity_budget.solver` (nominal delays and the budget
-solver), :mod:`~tenacity_budget.jitter` (randomness), :mod:`~tenacity_budget.policy` (the
-validated model), :mod:`~tenacity_budget.strategies` (the tenacity adapters).
+The module map, one concept each:
+
+* where a delay is computed: :mod:`~tenacity_budget.solver` (the nominal delay and the
+  budget solver, pure math) and :mod:`~tenacity_budget.jitter` (randomness);
+* the validated model: :mod:`~tenacity_budget.policy` (:class:`BackoffPolicy`);
+* the tenacity adapters: :mod:`~tenacity_budget.strategies` (``wait_budget``,
+  ``stop_budget`` and the :class:`BudgetState` view);
+* where a run stops: :mod:`~tenacity_budget.decision` (``decide()``, the one decision);
+* where a run's state lives: :mod:`~tenacity_budget.state` (``RunState``, ``run_state()``);
+* run-time context: :mod:`~tenacity_budget.runtime` (:func:`remaining`,
+  :func:`deadline_scope`, ``policy.retry()``);
+* what a run reports: :mod:`~tenacity_budget.exhaustion`; retry budgets across calls:
+  :mod:`~tenacity_budget.retry_budget`;
+* integrations, each importing its extra lazily: ``celery``, ``redis``, ``http``,
+  ``httpx``, ``asgi``, ``prometheus``, ``otel``, ``breaker``, ``testing``.
+
+The math and jitter functions (``compute_max_attempts``, ``full_jitter``, ...) are
+documented and exported by :mod:`tenacity_budget.solver` and :mod:`tenacity_budget.jitter`;
+they stay importable from here for existing code.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
-from .jitter import JitterMode, apply_jitter, decorrelated_jitter, equal_jitter, full_jitter
 from .logs import log_retry
-from .policy import BackoffPolicy
-from .runtime import BudgetedRetry, RetryObserver, remaining
-from .solver import backoff_delays, capped_index, compute_max_attempts, nominal_delay, total_delay
-from .stats import RetryStats, RetryStatsSnapshot
+from .retry_budget import RetryBudget
+from .runtime import BudgetedRetry as BudgetedRetry  # importable, not in __all__
+from .runtime import RetryObserver as RetryObserver
+from .runtime import deadline_scope, remaining
+from .stats import RetryStats
+from .stats import RetryStatsSnapshot as RetryStatsSnapshot
 from .strategies import BudgetState, budget_state, stop_budget, wait_budget
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from .jitter import JitterMode as JitterMode
+    from .jitter import apply_jitter as apply_jitter
+    from .jitter import decorrelated_jitter as decorrelated_jitter
+    from .jitter import equal_jitter as equal_jitter
+    from .jitter import full_jitter as full_jitter
+    from .policy import BackoffPolicy
+    from .solver import backoff_delays as backoff_delays
+    from .solver import capped_index as capped_index
+    from .solver import compute_max_attempts as compute_max_attempts
+    from .solver import nominal_delay as nominal_delay
+    from .solver import total_delay as total_delay
 
 __version__ = "0.1.0"
 
@@ -28,26 +63,45 @@ __all__ = [
     "BackoffPolicy",
     "BudgetExhausted",
     "BudgetState",
-    "BudgetedRetry",
     "ExhaustionReport",
-    "JitterMode",
-    "RetryObserver",
+    "RetryBudget",
     "RetryStats",
-    "RetryStatsSnapshot",
     "StopReason",
     "__version__",
-    "apply_jitter",
-    "backoff_delays",
     "budget_state",
-    "capped_index",
-    "compute_max_attempts",
-    "decorrelated_jitter",
-    "equal_jitter",
-    "full_jitter",
+    "deadline_scope",
     "log_retry",
-    "nominal_delay",
     "remaining",
     "stop_budget",
-    "total_delay",
     "wait_budget",
 ]
+
+# Imported on first use, not with the package: the model needs pydantic, whose import is
+# most of this package's start-up cost, and code that only catches BudgetExhausted or reads
+# remaining() should not pay it. The rest stays importable here for existing code.
+_LAZY = {
+    "BackoffPolicy": "policy",
+    "JitterMode": "jitter",
+    "apply_jitter": "jitter",
+    "decorrelated_jitter": "jitter",
+    "equal_jitter": "jitter",
+    "full_jitter": "jitter",
+    "backoff_delays": "solver",
+    "capped_index": "solver",
+    "compute_max_attempts": "solver",
+    "nominal_delay": "solver",
+    "total_delay": "solver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -15,18 +15,19 @@ from .solver import add_compensated
 
 __all__ = ["decide"]
 
+_INF = math.inf
+
 
 def decide(
-    *,
     attempts: int,
     affordable: int,
     slept: float,
-    slept_error: float = 0.0,
+    slept_error: float,
     sleep: float,
     elapsed: float,
     next_attempt: float,
     budget: float,
-    until_deadline: float = math.inf,
+    until_deadline: float,
 ) -> StopReason | None:
     """Why the run must stop before its next attempt, or ``None`` to let it retry.
 
@@ -46,16 +47,19 @@ def decide(
         slept: seconds slept so far, as a compensated sum ``slept + slept_error``
             (:func:`~tenacity_budget.solver.add_compensated`), so a schedule that exactly
             fills the budget is not refused its last retry for float drift.
-        slept_error: the compensation term of that sum.
+        slept_error: the compensation term of that sum (``0.0`` for a plain total).
         sleep: the sleep about to be taken.
         elapsed: seconds from the start of the first attempt to now.
         next_attempt: the estimated duration of the next attempt.
         budget: the run's ``max_elapsed``.
         until_deadline: seconds from now to the earliest deadline (``inf``: none).
+
+    Every argument is required and may be passed by position: this runs before every
+    retry, and a call by keyword costs measurably more there.
     """
     if attempts > affordable:
         return StopReason.COUNT
-    if not -math.inf < sleep < math.inf:
+    if not -_INF < sleep < _INF:  # NaN fails every comparison
         return StopReason.SLEEP_BUDGET
     total, error = add_compensated(slept, slept_error, sleep)
     if total + error > budget:

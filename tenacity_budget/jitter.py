@@ -36,7 +36,7 @@ def _uniform(low: float, high: float, rng: random.Random | None) -> float:
 
 def full_jitter(delay: float, rng: random.Random | None = None) -> float:
     """A uniform wait in ``[0, delay]``: clients spread the most, lowest expected wait."""
-    return _uniform(0.0, delay, rng)
+    return _full(delay, 0.0, 0.0, rng)
 
 
 def equal_jitter(delay: float, rng: random.Random | None = None) -> float:
@@ -44,7 +44,7 @@ def equal_jitter(delay: float, rng: random.Random | None = None) -> float:
 
     Keeps a minimum spacing between attempts while still de-synchronising clients.
     """
-    return _uniform(delay / 2, delay, rng)
+    return _equal(delay, 0.0, 0.0, rng)
 
 
 def decorrelated_jitter(
@@ -77,12 +77,20 @@ Jitter: TypeAlias = Callable[[float, float, float, "random.Random | None"], floa
 """One mode's jitter as ``jitter(delay, previous, base, rng) -> wait`` (see :func:`jitter_for`)."""
 
 
+# The mode functions below are the implementations (the public functions above call them),
+# written out flat because the wait calls one of them before every retry.
+
+
 def _full(delay: float, previous: float, base: float, rng: random.Random | None) -> float:
-    return full_jitter(delay, rng)
+    # _uniform(0, delay): never above delay, as rounding is monotone and the draw is < 1.
+    return delay * (rng or random).random()
 
 
 def _equal(delay: float, previous: float, base: float, rng: random.Random | None) -> float:
-    return equal_jitter(delay, rng)
+    # _uniform(delay / 2, delay), clamped: half + (delay - half) * draw can round past delay.
+    half = delay / 2
+    wait = half + (delay - half) * (rng or random).random()
+    return wait if wait < delay else delay
 
 
 def _none(delay: float, previous: float, base: float, rng: random.Random | None) -> float:

@@ -9,7 +9,6 @@ observer hooks (``stats=``) for metrics.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import math
@@ -26,7 +25,7 @@ from tenacity import RetryCallState, RetryError
 
 from ._config import check_aware
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
-from .state import RunState, prepare, run_state, stopped_by, tag
+from .state import RunState, prepare, run_state, tag
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -289,17 +288,14 @@ class _AsyncBudgetStop:
     with it; ``AsyncRetrying`` awaits a top-level async stop, which this is.
     """
 
-    def __init__(self, first: Any, budget: Any) -> None:
+    def __init__(self, first: Any, budget_stop: Any) -> None:
         self.first = first
-        self.budget = budget
+        self.budget_stop = budget_stop
 
     async def __call__(self, retry_state: RetryCallState) -> bool:
         if self.first(retry_state):
             return True
-        if await self.budget.try_withdraw():
-            return False
-        stopped_by(retry_state, StopReason.RETRY_BUDGET)
-        return True
+        return bool(await self.budget_stop(retry_state))
 
 
 class BudgetedRetry:
@@ -382,7 +378,8 @@ class BudgetedRetry:
         if budget is not None:
             # Asked last: tenacity's `|` stops at the first true, so a retry the policy
             # refuses never spends the shared budget.
-            stop = _AsyncBudgetStop(stop, budget) if self._async_budget else stop | budget.stop()
+            budget_stop = budget.stop()
+            stop = _AsyncBudgetStop(stop, budget_stop) if self._async_budget else stop | budget_stop
         if hard_deadline:
             # A cancelled attempt ends the run; it is never retried.
             retry = kwargs.pop("retry", tenacity.retry_if_exception_type())
@@ -570,6 +567,7 @@ class BudgetedRetry:
 
     def _hard_attempt(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` with each attempt bounded by the run's time left (``hard_deadline``)."""
+        import asyncio  # only coroutine functions get here; the package does not need it
 
         @functools.wraps(fn)
         async def attempt(*args: Any, **kwargs: Any) -> Any:

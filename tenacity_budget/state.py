@@ -27,10 +27,12 @@ from .solver import add_compensated
 
 __all__ = ["RunState", "begin", "observe", "run_state", "stopped_by"]
 
-# The attribute under which the record sits on a run's RetryCallState and on each attempt's
-# Future. One name for both: a Future is what tenacity hands BudgetExhausted, with nothing
-# else of the run, so the record of the run travels on it.
-_ATTR = "_tenacity_budget_run"
+RECORD_ATTR = "_tenacity_budget_run"
+"""The attribute under which the record sits on a run's ``RetryCallState`` and on each
+attempt's ``Future``. One name for both: a Future is what tenacity hands
+``BudgetExhausted``, with nothing else of the run, so the record travels on it. Read it
+with :func:`run_state`; the strategies read it directly on their per-retry path."""
+_ATTR = RECORD_ATTR
 
 
 class RunState:

@@ -31,6 +31,7 @@ from .exhaustion import StopReason
 from .jitter import jitter_for
 from .runtime import current_horizon
 from .solver import nominal_delay
+from .state import RECORD_ATTR as _RECORD
 from .state import RunState, begin, observe, run_state
 
 if TYPE_CHECKING:
@@ -103,10 +104,13 @@ class wait_budget(wait_base):
         return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        record = begin(retry_state, self._budget, self._affordable)
+        record: RunState | None = getattr(retry_state, _RECORD, None)
+        if record is None:
+            record = begin(retry_state, self._budget, self._affordable)
         # Asked first after every attempt (tenacity waits, then stops), before the wait of
         # this retry replaces it: upcoming_sleep still holds the sleep just taken.
-        observe(retry_state, record, retry_state.upcoming_sleep)
+        if record.observed != retry_state.attempt_number:
+            observe(retry_state, record, retry_state.upcoming_sleep)
         if _config._testing_attempts is not None:
             return 0.0
         if self.retry_after is not None:
@@ -270,10 +274,15 @@ class stop_budget(stop_base):
         record.resolved = True
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        record = self.run_state(retry_state)
-        observe(retry_state, record, record.upcoming_sleep)
-        sleep = record.upcoming_sleep = retry_state.upcoming_sleep
+        # Runs before every retry: the record by one attribute read, helpers only where
+        # there is work (the first decision, an attempt the wait did not observe).
+        record: RunState | None = getattr(retry_state, _RECORD, None)
+        if record is None or not record.resolved:
+            record = self.run_state(retry_state)
         attempt = retry_state.attempt_number
+        if record.observed != attempt:
+            observe(retry_state, record, record.upcoming_sleep)
+        sleep = record.upcoming_sleep = retry_state.upcoming_sleep
         testing = _config._testing_attempts
         if testing is not None:
             reason = StopReason.COUNT if attempt >= testing else None
@@ -285,15 +294,15 @@ class stop_budget(stop_base):
                 until = min(until, record.deadline_mono - time.monotonic())
             longest = record.longest
             reason = decide(
-                attempts=attempt,
-                affordable=self._max_attempts,
-                slept=record.slept,
-                slept_error=record.slept_error,
-                sleep=sleep,
-                elapsed=record.elapsed,
-                next_attempt=self._duration if self._duration > longest else longest,
-                budget=self._max_elapsed,
-                until_deadline=until,
+                attempt,
+                self._max_attempts,
+                record.slept,
+                record.slept_error,
+                sleep,
+                record.elapsed,
+                self._duration if self._duration > longest else longest,
+                self._max_elapsed,
+                until,
             )
         _repair_tenacity_statistics(retry_state)
         record.reason = reason
@@ -309,10 +318,7 @@ def _repair_tenacity_statistics(retry_state: RetryCallState) -> None:
     package's one access to a private tenacity attribute; it can go once tenacity keeps
     statistics per call (the fix of #701).
     """
-    try:
-        stats = retry_state.retry_object._local.statistics  # thread-local, tenacity 9
-    except AttributeError:
-        return
+    stats = retry_state.retry_object.statistics  # the private part is in the docstring
     if "idle_for" not in stats or "attempt_number" not in stats:
         stats.setdefault("idle_for", retry_state.idle_for)
         stats.setdefault("attempt_number", retry_state.attempt_number)

@@ -1,0 +1,209 @@
+"""Refuse what cannot be meant; validate alike everywhere (issue 9, sections 4 and 5)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from pathlib import Path
+
+import pydantic
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tenacity_budget import BackoffPolicy, BudgetExhausted
+from tenacity_budget.testing import VirtualClock, virtual_clock
+
+VALID = {"base": 1.0, "cap": 60.0, "max_elapsed": 300.0}
+NUMERIC = ("base", "factor", "cap", "max_elapsed", "attempt_duration")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# -- 4. refuse what cannot be meant ----------------------------------------------------------
+
+
+def test_cap_below_base_is_refused_saying_what_to_change() -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        BackoffPolicy(base=100, cap=60, max_elapsed=300)
+    message = str(caught.value)
+    assert "cap (60 s) is below base (100 s)" in message
+    assert "raise cap" in message and "lower base" in message
+
+
+def test_cap_equal_to_base_is_a_constant_schedule() -> None:
+    policy = BackoffPolicy(base=60, cap=60, max_elapsed=300, jitter="none")
+    assert policy.waits() == [60.0] * 5
+
+
+@pytest.mark.parametrize("field", NUMERIC)
+@pytest.mark.parametrize("flag", [True, False])
+def test_booleans_are_refused_for_every_numeric_field(field: str, flag: bool) -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        BackoffPolicy(**{**VALID, field: flag})
+    assert field in str(caught.value)
+    assert "bool" in str(caught.value)
+
+
+def test_numeric_strings_stay_accepted() -> None:
+    policy = BackoffPolicy(
+        base="1.5", factor="2", cap="60", max_elapsed=" 300 ", attempt_duration="0.5"
+    )
+    assert (policy.base, policy.factor, policy.cap, policy.max_elapsed) == (1.5, 2.0, 60.0, 300.0)
+    assert policy.attempt_duration == 0.5
+
+
+def test_the_extreme_policy_of_the_issue_is_valid() -> None:
+    policy = BackoffPolicy(
+        base=1.5e306, factor=3, cap=1.3e308, max_elapsed=1.5e308, attempt_duration=1
+    )
+    assert policy.max_attempts() == 4
+
+
+@pytest.mark.parametrize("seed", ["x", 1.5, True, b"1"])
+def test_schedule_and_wait_refuse_the_same_seeds_with_one_message(seed: object) -> None:
+    policy = BackoffPolicy(**VALID)
+    with pytest.raises(TypeError) as by_schedule:
+        policy.schedule(seed=seed)  # type: ignore[arg-type]
+    with pytest.raises(TypeError) as by_wait:
+        policy.wait(seed=seed)  # type: ignore[arg-type]
+    assert str(by_schedule.value) == str(by_wait.value)
+    assert "seed must be an int" in str(by_wait.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "names"),
+    [
+        ({"base": 1, "cap": 5000}, ("cap", "deadline", "reserve")),
+        ({"base": 100, "cap": 100, "attempt_duration": 1000}, ("deadline", "reserve", "base")),
+        ({"base": 4000, "cap": 4000}, ("base", "deadline", "reserve")),
+        ({"base": -1, "cap": 5}, ("base",)),
+    ],
+)
+def test_for_deadline_errors_name_what_the_caller_can_change(
+    fields: dict[str, float], names: tuple[str, ...]
+) -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        BackoffPolicy.for_deadline(NOW + timedelta(hours=1), now=NOW, **fields)
+    message = str(caught.value)
+    assert "max_elapsed" not in message
+    for name in names:
+        assert name in message
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    window=st.floats(min_value=1.0, max_value=1e6),
+    reserve=st.floats(min_value=0.0, max_value=0.99),
+    base=st.floats(min_value=1e-3, max_value=1e6),
+    cap=st.floats(min_value=1e-3, max_value=1e7),
+    attempt_duration=st.floats(min_value=0.0, max_value=1e6),
+)
+def test_for_deadline_never_speaks_of_max_elapsed(
+    window: float, reserve: float, base: float, cap: float, attempt_duration: float
+) -> None:
+    try:
+        BackoffPolicy.for_deadline(
+            NOW + timedelta(seconds=window),
+            now=NOW,
+            reserve=reserve,
+            base=base,
+            cap=cap,
+            attempt_duration=attempt_duration,
+        )
+    except pydantic.ValidationError as exc:
+        assert "max_elapsed" not in str(exc)
+
+
+# -- 5. the virtual clock is exact -----------------------------------------------------------
+
+
+def test_ten_tenths_are_exactly_one() -> None:
+    with virtual_clock() as clock:
+        for _ in range(10):
+            clock.advance(0.1)
+        assert clock.elapsed == 1.0
+        assert time.monotonic() == 1.0
+        assert clock.now() == clock.start + timedelta(seconds=1)
+
+
+def test_a_billion_seconds_then_tiny_steps_sum_exactly() -> None:
+    with virtual_clock() as clock:
+        clock.advance(1e9)
+        for _ in range(100_000):
+            clock.advance(1e-7)
+        assert clock.elapsed == 1000000000.01
+        assert clock.now() == clock.start + timedelta(seconds=1_000_000_000, milliseconds=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e4), max_size=40))
+def test_elapsed_is_the_exact_sum_of_every_advance(steps: list[float]) -> None:
+    with virtual_clock() as clock:
+        for step in steps:
+            clock.advance(step)
+        assert clock.elapsed == float(sum(map(Fraction, steps), Fraction(0)))
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        BackoffPolicy(base=0.1, cap=0.1, max_elapsed=1.6, jitter="none"),
+        BackoffPolicy(base=1e-6, factor=2, cap=1e-6 * 2**10, max_elapsed=0.005, jitter="none"),
+        BackoffPolicy(base=3e-7, cap=3e-7, max_elapsed=3e-6, jitter="none"),
+        BackoffPolicy(base=0.000_000_7, factor=1.5, cap=1e-5, max_elapsed=1e-4, jitter="none"),
+    ],
+    ids=repr,
+)
+def test_a_schedule_filling_its_budget_gets_every_retry_on_the_virtual_clock(
+    policy: BackoffPolicy, virtual_clock: VirtualClock
+) -> None:
+    @policy.retry()
+    def fails() -> None:
+        raise OSError("down")
+
+    with pytest.raises(BudgetExhausted) as caught:
+        fails()
+    assert virtual_clock.sleeps == policy.waits()
+    assert caught.value.report.attempts == policy.max_attempts() + 1
+
+
+def test_virtual_clock_fixture_keeps_pytest_durations_real(tmp_path: Path) -> None:
+    test = tmp_path / "test_hour.py"
+    test.write_text(
+        textwrap.dedent(
+            """
+            import time
+
+            def test_an_hour(virtual_clock):
+                time.sleep(3600)
+                assert virtual_clock.elapsed == 3600
+            """
+        )
+    )
+    result = subprocess.run(
+        # The fixture comes with the installed package (its pytest11 entry point).
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--durations=0",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(test),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    durations = [line for line in result.stdout.splitlines() if "test_an_hour" in line]
+    assert durations, result.stdout
+    for line in durations:
+        seconds = float(line.split("s", 1)[0])
+        assert seconds < 60, line  # the real duration: not 3600 s, not the epoch
