@@ -132,7 +132,8 @@ def test_run_state_is_one_typed_record_on_state_and_attempt() -> None:
         seen.append(run_state(retry_state))
 
     error, _ = exhaust(wait=POLICY.wait(), stop=POLICY.stop(), before_sleep=before_sleep)
-    assert seen and all(isinstance(record, RunState) for record in seen)
+    assert seen
+    assert all(isinstance(record, RunState) for record in seen)
     assert len({id(record) for record in seen}) == 1
     assert run_state(error.last_attempt) is seen[0]
     assert error.report == seen[0].report(error.report.last_exception)

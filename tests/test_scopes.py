@@ -75,7 +75,7 @@ def test_scopes_nest_and_only_tighten(virtual_clock: VirtualClock) -> None:
         ((-1,), {}, ValueError),
         ((True,), {}, TypeError),
         (("5",), {}, TypeError),
-        ((), {"deadline": datetime(2030, 1, 1)}, ValueError),  # naive  # noqa: DTZ001
+        ((), {"deadline": datetime(2030, 1, 1)}, ValueError),  # naive
         ((), {"deadline": 5}, TypeError),
     ],
 )

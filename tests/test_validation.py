@@ -31,7 +31,8 @@ def test_cap_below_base_is_refused_saying_what_to_change() -> None:
         BackoffPolicy(base=100, cap=60, max_elapsed=300)
     message = str(caught.value)
     assert "cap (60 s) is below base (100 s)" in message
-    assert "raise cap" in message and "lower base" in message
+    assert "raise cap" in message
+    assert "lower base" in message
 
 
 def test_cap_equal_to_base_is_a_constant_schedule() -> None:
@@ -105,6 +106,7 @@ def test_for_deadline_errors_name_what_the_caller_can_change(
 def test_for_deadline_never_speaks_of_max_elapsed(
     window: float, reserve: float, base: float, cap: float, attempt_duration: float
 ) -> None:
+    message = ""
     try:
         BackoffPolicy.for_deadline(
             NOW + timedelta(seconds=window),
@@ -115,7 +117,8 @@ def test_for_deadline_never_speaks_of_max_elapsed(
             attempt_duration=attempt_duration,
         )
     except pydantic.ValidationError as exc:
-        assert "max_elapsed" not in str(exc)
+        message = str(exc)
+    assert "max_elapsed" not in message
 
 
 # -- 5. the virtual clock is exact -----------------------------------------------------------
