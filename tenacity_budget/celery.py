@@ -11,6 +11,7 @@ of workers and their restarts::
         BackoffPolicy(base=1, cap=30, max_elapsed=300, attempt_duration=10),
         retry_on=(ConnectionError, TimeoutError),
         dead_letter="sync.dead-letter",  # a queue name, or a callable taking a DeadLetter
+        budget=RedisRetryBudget(redis, "upstream"),  # optional: cap retries fleet-wide
     )
 
     @app.task(bind=True, acks_late=True)
@@ -20,24 +21,32 @@ of workers and their restarts::
 
 How it works:
 
-* The first attempt's start (wall clock, UTC) and any explicit deadline travel in the task
-  message's headers (:data:`STARTED_HEADER`, :data:`DEADLINE_HEADER`), so whichever worker
-  picks up a retry computes the same run deadline: the earlier of the first attempt's start
+* The run's start (wall clock, UTC) is stamped on the task message when it is published
+  (Celery's ``before_task_publish`` signal), together with any deadline that encloses the
+  publisher (a :func:`~tenacity_budget.deadline_scope`, or an attempt of another budgeted
+  run). They travel in the message's headers (:data:`STARTED_HEADER`,
+  :data:`DEADLINE_HEADER`), so whichever worker runs an attempt, even the first attempt
+  again after a worker crash, computes the same run deadline: the earliest of the start
   plus ``max_elapsed``, the explicit deadline and the policy's ``deadline`` field.
 * After a failure matching ``retry_on``, the next countdown is retry ``n`` of the task's own
   seeded schedule, ``policy.schedule(seed_for(task_id))[n]``, so a test can predict every
   countdown. A retry is scheduled only when ``now + countdown + attempt`` ends before the
   run deadline (``attempt`` is the larger of ``attempt_duration`` and the longest attempt
-  of the run so far, carried in :data:`LONGEST_HEADER`).
+  of the run so far, carried in :data:`LONGEST_HEADER`), and, with a retry budget
+  (``budget=``), only when the budget grants it.
 * A retry that arrives too late to finish in time (after a worker crash, say) is not run.
+* A retry that cannot be published (the broker refuses it) is not lost: the current
+  message is requeued for the broker to deliver again, or dead-lettered.
 * A direct call (``task(...)``, no message) runs the function once, without a budget.
 * When the budget is spent, the task is handed to its dead-letter destination with an
   :class:`~tenacity_budget.ExhaustionReport`, then fails with :class:`TaskBudgetExhausted`.
 
-Celery (and kombu) are imported lazily: importing this module needs neither, only using it
-with a task does. The deployment settings that keep a retry alive through a worker crash
-(``task_acks_late``, ``task_reject_on_worker_lost``, the Redis ``visibility_timeout``) are
-described in the cookbook page ``docs/celery.md``.
+Every decision is :func:`tenacity_budget.decision.decide`, asked with plain numbers; every
+report is built by :meth:`tenacity_budget.state.RunState.report`. Celery (and kombu) are
+imported lazily: importing this module needs neither, only using it with a task does. The
+deployment settings that keep a retry alive through a worker crash (``task_acks_late``,
+``task_reject_on_worker_lost``, the Redis ``visibility_timeout``) are described in the
+cookbook page ``docs/celery.md``.
 """
 
 from __future__ import annotations
@@ -46,19 +55,24 @@ import functools
 import hashlib
 import importlib
 import itertools
+import logging
 import math
 import random
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, TypeAlias, TypeVar, cast
+from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar, cast
 
+from ._config import check_aware, earliest
+from .decision import decide
 from .exhaustion import ExhaustionReport, StopReason
 from .policy import BackoffPolicy
-from .runtime import remaining_until
-from .strategies import check_aware
+from .runtime import ambient_deadline, remaining_until
+from .solver import add_compensated
+from .state import RunState
 
 __all__ = [
     "DEADLINE_HEADER",
@@ -79,7 +93,7 @@ __all__ = [
 ]
 
 STARTED_HEADER = "tenacity_budget_started"
-"""Message header: when the run's first attempt started (ISO 8601, UTC)."""
+"""Message header: when the run started (ISO 8601, UTC): its publication, or its ``eta``."""
 DEADLINE_HEADER = "tenacity_budget_deadline"
 """Message header: an explicit absolute deadline for the run (ISO 8601, UTC)."""
 LONGEST_HEADER = "tenacity_budget_longest"
@@ -87,13 +101,31 @@ LONGEST_HEADER = "tenacity_budget_longest"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Wall-clock instants are datetimes, exact to a microsecond: comparisons allow that much, so
-# a plan that fits its budget exactly is not refused for the rounding of its instants.
+logger = logging.getLogger(__name__)
+
+# Wall-clock instants are datetimes, exact to a microsecond. The decision allows that much
+# (it is handed the elapsed time minus it and the time to the deadline plus it), so a plan
+# that fits its budget exactly is not refused for the rounding of its instants.
 _RESOLUTION = 1e-6
 
 _CURRENT_DEADLINE: ContextVar[datetime | None] = ContextVar(
     "tenacity_budget_celery_deadline", default=None
 )
+
+
+class _SyncRetryBudget(Protocol):
+    """What ``CeleryBudget(budget=...)`` takes: a :class:`~tenacity_budget.RetryBudget` or
+    a :class:`~tenacity_budget.redis.RedisRetryBudget` on a synchronous Redis client."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_async(self) -> bool: ...
+
+    def deposit(self) -> None: ...
+
+    def try_withdraw(self) -> bool: ...
 
 
 # -- seeds and the pure retry plan --------------------------------------------------------
@@ -117,19 +149,14 @@ def run_deadline(
     """The run's absolute deadline: the earliest of ``started + max_elapsed``, ``deadline``
     and the policy's own ``deadline``."""
     check_aware(started, "started")
-    end = started + timedelta(seconds=policy.max_elapsed)
-    for explicit in _explicit_deadlines(policy, deadline):
-        end = min(end, explicit)
+    end = earliest(started + timedelta(seconds=policy.max_elapsed), _explicit(policy, deadline))
+    assert end is not None  # the budget's end is always there
     return end
 
 
-def _explicit_deadlines(policy: BackoffPolicy, deadline: datetime | None) -> list[datetime]:
-    found = []
-    if deadline is not None:
-        found.append(check_aware(deadline))
-    if policy.deadline is not None:
-        found.append(policy.deadline)
-    return found
+def _explicit(policy: BackoffPolicy, deadline: datetime | None) -> datetime | None:
+    """The earliest explicit deadline of a run: the message's and the policy's own."""
+    return earliest(None if deadline is None else check_aware(deadline), policy.deadline)
 
 
 def _attempt_estimate(policy: BackoffPolicy, longest: float) -> float:
@@ -138,20 +165,73 @@ def _attempt_estimate(policy: BackoffPolicy, longest: float) -> float:
     return max(policy.attempt_duration, longest)
 
 
-def _time_reason(
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """Where a task stands in its seeded schedule before retry ``n``."""
+
+    slept: float  # the countdowns of the retries already made, summed exactly (fsum)
+    total: float  # the same sum as the schedule itself keeps it: a compensated sum...
+    error: float  # ...total + error (solver.add_compensated)
+    countdown: float | None  # retry n's countdown; None when the schedule has no retry n
+
+
+def _walk(policy: BackoffPolicy, task_id: str, retries: int) -> _Walk:
+    """The countdowns a task has slept before retry ``retries``, and that retry's countdown.
+
+    Walks the task's seeded schedule without keeping it: constant memory however long the
+    schedule, which a one-month budget makes tens of thousands of retries long. The sum is
+    kept twice: exactly, for reports, and compensated as the schedule's own sleep check
+    keeps it, so the decision's sleep check repeats that check bit for bit and never
+    refuses a countdown the schedule has.
+    """
+    waits = policy.iter_waits(random.Random(seed_for(task_id)))
+    total = error = 0.0
+
+    def taken() -> Any:
+        nonlocal total, error
+        for wait in itertools.islice(waits, retries):
+            total, error = add_compensated(total, error, wait)
+            yield wait
+
+    slept = math.fsum(taken())
+    return _Walk(slept, total, error, next(waits, None))
+
+
+def _decide(
     policy: BackoffPolicy,
+    *,
+    attempts: int,
+    walk: _Walk | None,
     started: datetime,
-    deadline: datetime | None,
     now: datetime,
-    need: float,
+    deadline: datetime | None,
+    next_attempt: float,
 ) -> StopReason | None:
-    """Why ``need`` more seconds from ``now`` would end past the run deadline, if it would."""
-    if (now - started).total_seconds() + need > policy.max_elapsed + _RESOLUTION:
-        return StopReason.WALL_CLOCK
-    for explicit in _explicit_deadlines(policy, deadline):
-        if (explicit - now).total_seconds() + _RESOLUTION < need:
-            return StopReason.DEADLINE
-    return None
+    """Ask :func:`~tenacity_budget.decision.decide`, with the run's instants as seconds.
+
+    ``walk`` is ``None`` for an attempt about to start (no sleep ahead of it). The
+    datetimes are exact to a microsecond: the elapsed time is handed over less
+    ``_RESOLUTION`` and the time to the deadline plus it, so a plan ending exactly at the
+    budget's end or at the deadline is not refused for the rounding of its instants.
+    """
+    explicit = _explicit(policy, deadline)
+    until = math.inf if explicit is None else (explicit - now).total_seconds()
+    if walk is None:
+        slept, slept_error, sleep = 0.0, 0.0, 0.0
+    else:
+        countdown = math.inf if walk.countdown is None else walk.countdown
+        slept, slept_error, sleep = walk.total, walk.error, countdown
+    return decide(
+        attempts=attempts,
+        affordable=policy.max_attempts(),
+        slept=slept,
+        slept_error=slept_error,
+        sleep=sleep,
+        elapsed=(now - started).total_seconds() - _RESOLUTION,
+        next_attempt=next_attempt,
+        budget=policy.max_elapsed,
+        until_deadline=until + _RESOLUTION,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +243,7 @@ class RetryPlan:
         countdown: seconds to wait before the next attempt, or ``None`` to give up.
         reason: why the run gives up (``None`` when it retries).
         slept: the countdowns of the retries already made.
-        elapsed: seconds from the first attempt's start to ``now``.
+        elapsed: seconds from the run's start to ``now``.
         deadline: the run's absolute deadline (see :func:`run_deadline`).
     """
 
@@ -192,8 +272,8 @@ def plan_retry(
 ) -> RetryPlan:
     """Decide whether, and after which countdown, a failed attempt is retried.
 
-    A pure function of its arguments (the Celery glue passes the clock), checked in the
-    order of :class:`~tenacity_budget.strategies.stop_budget`:
+    A pure function of its arguments (the Celery glue passes the clock): the decision is
+    :func:`tenacity_budget.decision.decide`, the one the tenacity stop asks, with:
 
     1. ``count``: ``retries`` already equals the retries the budget affords;
     2. ``sleep_budget``: the seeded schedule has no retry ``retries`` (float rounding);
@@ -202,13 +282,14 @@ def plan_retry(
 
     ``countdown`` is ``policy.schedule(seed_for(task_id))[retries]`` and ``attempt`` the
     larger of ``attempt_duration`` and ``longest``. Instants are compared at the
-    microsecond resolution of :class:`~datetime.datetime`.
+    microsecond resolution of :class:`~datetime.datetime`. A retry budget, when the task
+    has one, is asked only after this plan allows the retry.
 
     Args:
         policy: the budget.
         task_id: the Celery task id; seeds the schedule (:func:`seed_for`).
         retries: retries made before the failed attempt (Celery's ``request.retries``).
-        started: when the run's first attempt started (timezone-aware).
+        started: when the run started (timezone-aware).
         now: the current time (timezone-aware).
         deadline: an explicit absolute deadline, if any.
         longest: the longest attempt of the run so far, in seconds.
@@ -218,32 +299,19 @@ def plan_retry(
     check_aware(now, "now")
     end = run_deadline(policy, started, deadline)
     need_attempt = _attempt_estimate(policy, longest)
-    slept, countdown = _walk(policy, task_id, retries)
+    walk = _walk(policy, task_id, retries)
+    reason = _decide(
+        policy,
+        attempts=retries + 1,
+        walk=walk,
+        started=started,
+        now=now,
+        deadline=deadline,
+        next_attempt=need_attempt,
+    )
+    countdown = walk.countdown if reason is None else None
     elapsed = (now - started).total_seconds()
-
-    def plan(countdown: float | None, reason: StopReason | None) -> RetryPlan:
-        return RetryPlan(retries + 1, countdown, reason, slept, elapsed, end)
-
-    if retries >= policy.max_attempts():
-        return plan(None, StopReason.COUNT)
-    if countdown is None:
-        return plan(None, StopReason.SLEEP_BUDGET)
-    reason = _time_reason(policy, started, deadline, now, countdown + need_attempt)
-    if reason is not None:
-        return plan(None, reason)
-    return plan(countdown, None)
-
-
-def _walk(policy: BackoffPolicy, task_id: str, retries: int) -> tuple[float, float | None]:
-    """The seconds slept before retry ``retries`` of a task, and that retry's countdown.
-
-    Walks the task's seeded schedule without keeping it: constant memory however long the
-    schedule, which a one-month budget makes tens of thousands of retries long. The
-    countdown is ``None`` when the schedule has no such retry.
-    """
-    waits = policy.iter_waits(random.Random(seed_for(task_id)))
-    slept = math.fsum(itertools.islice(waits, retries))
-    return slept, next(waits, None)
+    return RetryPlan(retries + 1, countdown, reason, walk.slept, elapsed, end)
 
 
 def admit_attempt(
@@ -258,11 +326,21 @@ def admit_attempt(
 
     ``None`` admits it. A retry normally starts in time, as its countdown was planned to;
     one that arrives late (redelivered after a worker crash, or held up behind a backlog)
-    and could not finish before the deadline is dead-lettered instead of run.
+    and could not finish before the deadline is dead-lettered instead of run. The same
+    decision as :func:`plan_retry`, with no sleep ahead (so only ``wall_clock`` and
+    ``deadline`` can refuse it).
     """
     check_aware(now, "now")
     check_aware(started, "started")
-    return _time_reason(policy, started, deadline, now, _attempt_estimate(policy, longest))
+    return _decide(
+        policy,
+        attempts=0,
+        walk=None,
+        started=started,
+        now=now,
+        deadline=deadline,
+        next_attempt=_attempt_estimate(policy, longest),
+    )
 
 
 # -- dead letters -------------------------------------------------------------------------
@@ -374,7 +452,11 @@ class TaskBudgetExhausted(Exception):
         return str(self.args[0])
 
 
-# -- the task decorator -------------------------------------------------------------------
+# -- message headers ----------------------------------------------------------------------
+
+
+def _iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat()
 
 
 def deadline_headers(deadline: datetime) -> dict[str, str]:
@@ -385,8 +467,11 @@ def deadline_headers(deadline: datetime) -> dict[str, str]:
         sync_account.apply_async(
             (account_id,), headers=deadline_headers(gdpr_response_deadline(received_at))
         )
+
+    Publishing inside a :func:`~tenacity_budget.deadline_scope` (or an attempt of another
+    budgeted run) does the same without this: the earlier of both deadlines is stamped.
     """
-    return {DEADLINE_HEADER: check_aware(deadline).astimezone(UTC).isoformat()}
+    return {DEADLINE_HEADER: _iso(check_aware(deadline))}
 
 
 def current_deadline() -> datetime | None:
@@ -394,18 +479,22 @@ def current_deadline() -> datetime | None:
 
     Inside a task decorated with a :class:`CeleryBudget`, this is the run's deadline (UTC),
     the same on every worker; pass it downstream. :func:`tenacity_budget.remaining` gives
-    the seconds left until it.
+    the seconds left until it, and a budgeted task published from inside the attempt
+    inherits it.
     """
     return _CURRENT_DEADLINE.get()
 
 
-def _read_time(request: Any, key: str) -> datetime | None:
-    value = request.get(key)
+def _parse_time(value: object, key: str) -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, str):
         raise ValueError(f"header {key!r} must be an ISO 8601 string, got {value!r}")
     return check_aware(datetime.fromisoformat(value), f"header {key!r}")
+
+
+def _read_time(request: Any, key: str) -> datetime | None:
+    return _parse_time(request.get(key), key)
 
 
 def _read_seconds(request: Any, key: str) -> float:
@@ -418,6 +507,119 @@ def _read_seconds(request: Any, key: str) -> float:
     return seconds
 
 
+def _eta(headers: Mapping[str, Any]) -> datetime | None:
+    """The message's ``eta`` (Celery's own header), if it has a readable one.
+
+    Celery writes it aware; a naive one (an ``eta=`` datetime given naive) is read as UTC,
+    Celery's default timezone.
+    """
+    value = headers.get("eta")
+    if not isinstance(value, str):
+        return None
+    try:
+        eta = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return eta if eta.tzinfo is not None else eta.replace(tzinfo=UTC)
+
+
+def _stamp(headers: MutableMapping[str, Any], now: datetime, enclosing: datetime | None) -> None:
+    """Stamp a budgeted task's message as it is published (see :func:`_on_publish`).
+
+    * :data:`STARTED_HEADER`, unless already there (a retry carries its run's start): the
+      run starts now, or at the message's ``eta`` if that is later, since no attempt can
+      run before it.
+    * :data:`DEADLINE_HEADER`: the earliest of the explicit deadline already there and the
+      ``enclosing`` one (the publisher's :func:`~tenacity_budget.runtime.ambient_deadline`).
+      An explicit header that does not parse is left for the worker to refuse, loudly.
+    """
+    if headers.get(STARTED_HEADER) is None:
+        eta = _eta(headers)
+        headers[STARTED_HEADER] = _iso(now if eta is None or eta < now else eta)
+    if enclosing is not None:
+        try:
+            explicit = _parse_time(headers.get(DEADLINE_HEADER), DEADLINE_HEADER)
+        except (TypeError, ValueError):
+            return
+        merged = earliest(explicit, enclosing)
+        assert merged is not None
+        headers[DEADLINE_HEADER] = _iso(merged)
+
+
+# -- finding a task's CeleryBudget at publish time ----------------------------------------
+
+# The attribute of a decorated function that names its CeleryBudget.
+_BUDGET_ATTR = "__tenacity_budget__"
+
+
+def _budget_of_task(task: object) -> CeleryBudget | None:
+    """The CeleryBudget the task's function is decorated with, or ``None``."""
+    for fn in (getattr(type(task), "run", None), getattr(task, "__wrapped__", None)):
+        found = getattr(fn, _BUDGET_ATTR, None)
+        if isinstance(found, CeleryBudget):
+            return found
+    return None
+
+
+def _registered_budget(name: str) -> CeleryBudget | None:
+    """The CeleryBudget of the task registered as ``name`` in a Celery app of this process.
+
+    Celery's ``before_task_publish`` signal names the task but not its app. Celery keeps
+    every app of a process in ``celery._state`` (it has no public accessor for them); each
+    app's registry is read as ``app._tasks``, which does not finalize the app (Celery's own
+    ``send_task`` reads it so for the same reason). Both are private: this is the one
+    place that touches them.
+    """
+    from celery import _state
+
+    for app in list(_state._get_active_apps()):
+        registry = getattr(app, "_tasks", None)
+        task = registry.get(name) if isinstance(registry, Mapping) else None
+        if task is not None:
+            found = _budget_of_task(task)
+            if found is not None:
+                return found
+    return None
+
+
+def _on_publish(sender: object = None, headers: Any = None, **_: Any) -> None:
+    """``before_task_publish`` receiver: stamp the messages of budgeted tasks only."""
+    if not isinstance(sender, str) or not isinstance(headers, MutableMapping):
+        return
+    if _registered_budget(sender) is None:
+        return
+    # Inside an attempt of a budgeted task, its run's end is exact here; the ambient one is
+    # the same end (merged with any enclosing scope), as the time left from now.
+    _stamp(headers, datetime.now(UTC), earliest(_CURRENT_DEADLINE.get(), ambient_deadline()))
+
+
+_hook_lock = threading.Lock()
+_hook_connected = False
+
+
+def _connect_publish_hook() -> None:
+    """Connect :func:`_on_publish` to Celery's ``before_task_publish``, once per process."""
+    global _hook_connected
+    with _hook_lock:
+        if _hook_connected:
+            return
+        from celery.signals import before_task_publish
+
+        before_task_publish.connect(
+            _on_publish, weak=False, dispatch_uid="tenacity_budget.celery.stamp"
+        )
+        _hook_connected = True
+
+
+def _redelivered(request: Any) -> bool:
+    """Whether the broker delivered this message before (kombu's ``redelivered`` flag)."""
+    info = request.delivery_info or {}
+    return bool(info.get("redelivered"))
+
+
+# -- the task decorator -------------------------------------------------------------------
+
+
 class CeleryBudget:
     """Give a bound Celery task a retry budget: a decorator for the task's function.
 
@@ -428,6 +630,11 @@ class CeleryBudget:
     and ``Ignore``, pass through untouched. Inside the task,
     :func:`tenacity_budget.remaining` and :func:`current_deadline` describe the run.
 
+    Creating one connects a receiver to Celery's ``before_task_publish`` signal (once per
+    process): every message of a task decorated with a CeleryBudget is stamped with its
+    run's start (:data:`STARTED_HEADER`) when it is published, and with the deadline that
+    encloses the publisher (:data:`DEADLINE_HEADER`). Other tasks' messages are left alone.
+
     Args:
         policy: the budget.
         dead_letter: where a spent task goes: a :class:`DeadLetterQueue`, a queue name (the
@@ -435,6 +642,17 @@ class CeleryBudget:
             whatever it raises fails the task instead, so a letter is never dropped
             silently).
         retry_on: the exception type(s) worth retrying (default: any ``Exception``).
+        budget: a retry budget shared by the calls of one dependency: a
+            :class:`~tenacity_budget.RetryBudget` (one per worker process) or, fleet-wide,
+            a :class:`~tenacity_budget.redis.RedisRetryBudget` on a synchronous Redis
+            client. Each task's first execution deposits one call; each retry the policy
+            allows is then withdrawn from it, and a refused one dead-letters the task with
+            reason ``retry_budget``.
+
+    Raises:
+        TypeError: for a policy that is not a BackoffPolicy, a bad destination or
+            ``retry_on``, or a ``budget`` that is not a retry budget or is asynchronous
+            (a Celery task is synchronous and cannot await its decisions).
 
     Do not combine with Celery's ``autoretry_for``/``retry_backoff``: the policy replaces
     them. Use ``acks_late=True`` so a retry survives a worker crash (see ``docs/celery.md``).
@@ -446,6 +664,7 @@ class CeleryBudget:
         *,
         dead_letter: DeadLetterDestination,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        budget: _SyncRetryBudget | None = None,
     ) -> None:
         if not isinstance(policy, BackoffPolicy):
             raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
@@ -461,12 +680,30 @@ class CeleryBudget:
             isinstance(t, type) and issubclass(t, BaseException) for t in types
         ):
             raise TypeError("retry_on must be an exception type or a tuple of them")
+        if budget is not None:
+            if not callable(getattr(budget, "deposit", None)) or not callable(
+                getattr(budget, "try_withdraw", None)
+            ):
+                raise TypeError(
+                    "budget must be a retry budget (tenacity_budget.RetryBudget or "
+                    f"tenacity_budget.redis.RedisRetryBudget), got {type(budget).__name__}"
+                )
+            if getattr(budget, "is_async", False):
+                raise TypeError(
+                    f"budget {getattr(budget, 'name', budget)!r} is asynchronous (a "
+                    "RedisRetryBudget on redis.asyncio): a Celery task is synchronous and "
+                    "cannot await its decisions; give it a RedisRetryBudget on a "
+                    "synchronous redis.Redis client with the same name"
+                )
         self.policy = policy
         self.dead_letter: DeadLetterQueue | Callable[[DeadLetter], object] = dead_letter
         self.retry_on: tuple[type[BaseException], ...] = types
+        self.budget = budget
+        _connect_publish_hook()
 
     def __repr__(self) -> str:
-        return f"CeleryBudget({self.policy!r}, dead_letter={self.dead_letter!r})"
+        budget = "" if self.budget is None else f", budget={self.budget!r}"
+        return f"CeleryBudget({self.policy!r}, dead_letter={self.dead_letter!r}{budget})"
 
     def schedule(self, task_id: str) -> list[float]:
         """Every countdown the task with this id uses, in order, if it keeps failing."""
@@ -479,6 +716,8 @@ class CeleryBudget:
         def run(task: Any, *args: Any, **kwargs: Any) -> Any:
             return self._run(fn, task, args, kwargs)
 
+        setattr(run, _BUDGET_ATTR, self)
+        _connect_publish_hook()
         return cast(F, run)
 
     # -- one attempt ----------------------------------------------------------------------
@@ -497,6 +736,8 @@ class CeleryBudget:
             return fn(task, *args, **kwargs)
         began = time.monotonic()
         now = datetime.now(UTC)
+        # Stamped at publish time; a message published without the stamp (by a process
+        # that never made a CeleryBudget) starts its run at its first attempt.
         started = _read_time(request, STARTED_HEADER) or now
         deadline = _read_time(request, DEADLINE_HEADER)
         longest = _read_seconds(request, LONGEST_HEADER)
@@ -508,11 +749,22 @@ class CeleryBudget:
         )
         if late is not None:
             # Too late to finish in time: never run an attempt past the deadline.
-            slept = _walk(self.policy, request.id, retries)[0]
-            report = self._report(retries, slept, started, now, deadline, late, None)
+            report = self._report(
+                attempts=retries,
+                slept=_walk(self.policy, request.id, retries).slept,
+                elapsed=(now - started).total_seconds(),
+                deadline=deadline,
+                reason=late,
+                exc=None,
+            )
             self._give_up(task, args, kwargs, report, end, None)
+        if self.budget is not None and retries == 0 and not _redelivered(request):
+            # One call, one deposit: a first attempt the broker delivers again (its worker
+            # crashed, or its retry could not be published) was deposited the first time.
+            self.budget.deposit()
 
-        # remaining() inside the task counts down to the run's wall-clock end.
+        # remaining() inside the task counts down to the run's wall-clock end, and a
+        # budgeted task published from inside inherits that end as its deadline.
         deadline_token = _CURRENT_DEADLINE.set(end)
         try:
             with remaining_until(end):
@@ -520,58 +772,149 @@ class CeleryBudget:
         except self.retry_on as exc:
             if isinstance(exc, TaskPredicate):
                 raise  # Celery's own Retry/Reject/Ignore: not a failure of the call
-            longest = max(longest, time.monotonic() - began)
-            plan = plan_retry(
-                self.policy,
-                task_id=request.id,
-                retries=retries,
-                started=started,
-                now=datetime.now(UTC),
+            failure = exc
+        finally:
+            _CURRENT_DEADLINE.reset(deadline_token)
+        # The retry is published outside the attempt: its message carries the run's own
+        # headers on, not the run's end as a new explicit deadline.
+        longest = max(longest, time.monotonic() - began)
+        self._retry(task, args, kwargs, failure, started, deadline, longest, retries, end)
+
+    def _retry(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        exc: BaseException,
+        started: datetime,
+        deadline: datetime | None,
+        longest: float,
+        retries: int,
+        end: datetime,
+    ) -> NoReturn:
+        """Schedule the retry of a failed attempt, or give the task up."""
+        from celery.exceptions import Reject
+
+        request = task.request
+        plan = plan_retry(
+            self.policy,
+            task_id=request.id,
+            retries=retries,
+            started=started,
+            now=datetime.now(UTC),
+            deadline=deadline,
+            longest=longest,
+        )
+        reason = plan.reason
+        # The retry budget is asked only once the policy allows the retry: a run the
+        # policy ends never spends it.
+        if reason is None and self.budget is not None and not self.budget.try_withdraw():
+            reason = StopReason.RETRY_BUDGET
+        if reason is not None:
+            report = self._report(
+                attempts=plan.attempts,
+                slept=plan.slept,
+                elapsed=plan.elapsed,
                 deadline=deadline,
-                longest=longest,
+                reason=reason,
+                exc=exc,
             )
-            if plan.countdown is None:
-                assert plan.reason is not None
-                report = self._report(
-                    plan.attempts, plan.slept, started, None, deadline, plan.reason, exc
-                )
-                self._give_up(task, args, kwargs, report, end, exc)
-            headers = dict(request.headers or {})
-            headers[STARTED_HEADER] = started.astimezone(UTC).isoformat()
-            headers[LONGEST_HEADER] = longest
-            if deadline is not None:
-                headers[DEADLINE_HEADER] = deadline.astimezone(UTC).isoformat()
-            raise task.retry(
+            self._give_up(task, args, kwargs, report, end, exc)
+        headers = dict(request.headers or {})
+        headers[STARTED_HEADER] = _iso(started)
+        headers[LONGEST_HEADER] = longest
+        if deadline is not None:
+            headers[DEADLINE_HEADER] = _iso(deadline)
+        try:
+            retry = task.retry(
                 exc=exc,
                 countdown=plan.countdown,
                 max_retries=self.policy.max_attempts(),
                 headers=headers,
-            ) from exc
-        finally:
-            _CURRENT_DEADLINE.reset(deadline_token)
+                throw=False,
+            )
+        except Reject as rejected:
+            # Celery turns a retry it could not publish into Reject(requeue=False): the
+            # message would be dropped, and the run lost with it.
+            if rejected.requeue:
+                raise
+            self._unpublished(task, args, kwargs, exc, rejected.reason, plan, deadline, end)
+        raise retry from exc
+
+    def _unpublished(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        exc: BaseException,
+        error: object,
+        plan: RetryPlan,
+        deadline: datetime | None,
+        end: datetime,
+    ) -> NoReturn:
+        """The retry could not be published: requeue the message, or dead-letter the task.
+
+        With late acknowledgement the message is still the broker's: rejecting it with
+        requeue hands it back, to be delivered again (at once when the broker takes the
+        rejection; when the broker cannot even take that, the message stays
+        unacknowledged and the broker redelivers it on its own: Redis after the
+        visibility timeout, AMQP when the channel closes). The attempt then runs again,
+        if it can still end in time, and its retry is published then. A message is
+        requeued so once: if the retry of a redelivered message cannot be published
+        either, or the message was acknowledged before the attempt (early
+        acknowledgement), the task is dead-lettered with reason ``other``.
+        """
+        from celery.exceptions import Reject
+
+        name, task_id = task.name, task.request.id
+        if task.acks_late and not _redelivered(task.request):
+            logger.warning(
+                "%s[%s]: its retry could not be published (%r); the message is requeued "
+                "for the broker to deliver again",
+                name,
+                task_id,
+                error,
+            )
+            raise Reject(error, requeue=True) from exc
+        report = self._report(
+            attempts=plan.attempts,
+            slept=plan.slept,
+            elapsed=plan.elapsed,
+            deadline=deadline,
+            reason=StopReason.OTHER,
+            exc=exc,
+        )
+        self._give_up(
+            task,
+            args,
+            kwargs,
+            report,
+            end,
+            exc,
+            why=f"its retry could not be published ({error!r})",
+        )
 
     def _report(
         self,
+        *,
         attempts: int,
         slept: float,
-        started: datetime,
-        now: datetime | None,
+        elapsed: float,
         deadline: datetime | None,
         reason: StopReason,
         exc: BaseException | None,
     ) -> ExhaustionReport:
-        moment = now if now is not None else datetime.now(UTC)
-        explicit = _explicit_deadlines(self.policy, deadline)
-        return ExhaustionReport(
-            attempts=attempts,
-            affordable=self.policy.max_attempts(),
-            slept=slept,
-            elapsed=(moment - started).total_seconds(),
+        """The run's report, built by the one builder (:meth:`RunState.report`)."""
+        state = RunState(
             budget=self.policy.max_elapsed,
-            deadline=min(explicit) if explicit else None,
-            reason=reason,
-            last_exception=exc,
+            affordable=self.policy.max_attempts(),
+            deadline=_explicit(self.policy, deadline),
         )
+        state.attempts = attempts
+        state.slept = slept
+        state.elapsed = elapsed
+        state.reason = reason
+        return state.report(exc)
 
     def _give_up(
         self,
@@ -581,6 +924,8 @@ class CeleryBudget:
         report: ExhaustionReport,
         end: datetime,
         exc: BaseException | None,
+        *,
+        why: str | None = None,
     ) -> NoReturn:
         letter = DeadLetter(
             task=task.name,
@@ -595,8 +940,10 @@ class CeleryBudget:
             self.dead_letter.publish(task.app, letter)
         else:
             self.dead_letter(letter)
+        if why is None:
+            why = f"retry budget exhausted ({report.reason.value})"
         message = (
-            f"{task.name}[{letter.task_id}]: retry budget exhausted ({report.reason.value}) "
-            f"after {report.attempts} attempts; handed to {self.dead_letter!r}"
+            f"{task.name}[{letter.task_id}]: {why} after {report.attempts} attempts; "
+            f"handed to {self.dead_letter!r}"
         )
         raise TaskBudgetExhausted(message, letter.as_dict()) from exc

@@ -28,18 +28,19 @@ from typing import IO, Any
 
 import pytest
 from celery_app import app as tb
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
 import tenacity_budget
 from tenacity_budget import BackoffPolicy, ExhaustionReport, StopReason
 from tenacity_budget.celery import (
     DEADLINE_HEADER,
+    STARTED_HEADER,
     CeleryBudget,
     DeadLetter,
     DeadLetterQueue,
     TaskBudgetExhausted,
+    _stamp,
     admit_attempt,
     current_deadline,
     deadline_headers,
@@ -47,6 +48,9 @@ from tenacity_budget.celery import (
     run_deadline,
     seed_for,
 )
+from tenacity_budget.retry_budget import RetryBudget
+from tenacity_budget.testing import virtual_clock
+from tests._helpers import policies as shared_policies
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
@@ -63,22 +67,19 @@ WAIT = 60.0  # upper bound on any one wait for a worker; never reached when thin
 # ------------------------------------------------------------------ pure parts (no broker)
 
 
-@st.composite
-def policies(draw: st.DrawFn) -> BackoffPolicy:
-    base = draw(st.floats(0.01, 5.0))
-    cap = base * draw(st.floats(1.0, 20.0))
-    try:
-        return BackoffPolicy(
-            base=base,
-            factor=draw(st.floats(1.1, 4.0)),
-            cap=cap,
-            max_elapsed=cap * draw(st.floats(1.0, 30.0)),
-            jitter=draw(st.sampled_from(["none", "full", "equal", "decorrelated"])),
-            attempt_duration=draw(st.floats(0.0, 2.0)),
-        )
-    except ValidationError:
-        assume(False)
-        raise
+def policies() -> st.SearchStrategy[BackoffPolicy]:
+    """The shared builder (``tests/_helpers.py``), over the space of Celery-sized policies.
+
+    One budget in three is an exact partial sum of the nominal delays, where a countdown
+    that fits its budget exactly must still be planned.
+    """
+    return shared_policies(
+        base=(0.01, 5.0),
+        factor=st.floats(1.1, 4.0),
+        cap_ratio=(1.0, 20.0),
+        budget_ratio=(1.0, 30.0),
+        most_retries=400,
+    )
 
 
 task_ids = st.text(min_size=1, max_size=40)
@@ -323,6 +324,129 @@ def test_a_direct_call_is_a_plain_call() -> None:
     assert seen == [(None, None), (None, None)]
 
 
+# Publish-time stamps, on plain header dicts (the before_task_publish receiver's work).
+
+
+def test_the_publish_stamp_starts_the_run_once_and_never_before_its_eta() -> None:
+    headers: dict[str, Any] = {}
+    _stamp(headers, T0, None)
+    assert headers == {STARTED_HEADER: T0.isoformat()}
+    _stamp(headers, T0 + timedelta(seconds=5), None)  # a retry carries its run's start on
+    assert headers == {STARTED_HEADER: T0.isoformat()}
+    plus_two = timezone(timedelta(hours=2))
+    for eta, started in [
+        ((T0 + timedelta(minutes=5)).astimezone(plus_two).isoformat(), T0 + timedelta(minutes=5)),
+        ((T0 - timedelta(seconds=5)).isoformat(), T0),  # an eta already passed: now
+        ("2026-03-02T09:35:00", T0 + timedelta(minutes=5)),  # naive: UTC, Celery's default
+        ("not a date", T0),
+        (None, T0),
+    ]:
+        headers = {"eta": eta}
+        _stamp(headers, T0, None)
+        assert headers[STARTED_HEADER] == started.isoformat(), eta
+
+
+offsets = st.floats(-100.0, 1000.0).map(lambda s: T0 + timedelta(seconds=s))
+
+
+@given(explicit=st.none() | offsets, enclosing=st.none() | offsets)
+def test_the_publish_stamp_keeps_the_earliest_deadline(
+    explicit: datetime | None, enclosing: datetime | None
+) -> None:
+    headers: dict[str, Any] = {} if explicit is None else deadline_headers(explicit)
+    _stamp(headers, T0, enclosing)
+    stamped = headers.get(DEADLINE_HEADER)
+    if explicit is None and enclosing is None:
+        assert stamped is None
+    else:
+        assert stamped is not None
+        deadlines = [d for d in (explicit, enclosing) if d is not None]
+        assert datetime.fromisoformat(stamped) == min(deadlines)
+        assert all(datetime.fromisoformat(stamped) <= d for d in deadlines)
+
+
+def test_the_publish_stamp_leaves_a_malformed_deadline_for_the_worker_to_refuse() -> None:
+    headers: dict[str, Any] = {DEADLINE_HEADER: "soon"}
+    _stamp(headers, T0, T0 + timedelta(seconds=1))
+    assert headers == {DEADLINE_HEADER: "soon", STARTED_HEADER: T0.isoformat()}
+
+
+# The retry budget's wiring, run eagerly (task.apply) with a recording stand-in budget: a
+# unit test of the order of our calls. The real budgets run in the worker tests below.
+
+
+class Ledger:
+    """Grants its first ``grants`` withdrawals and refuses the rest; records every call."""
+
+    name = "ledger"
+    is_async = False
+
+    def __init__(self, grants: int) -> None:
+        self.grants = grants
+        self.calls: list[str] = []
+
+    def deposit(self) -> None:
+        self.calls.append("deposit")
+
+    def try_withdraw(self) -> bool:
+        granted = self.grants > 0
+        self.grants -= granted
+        self.calls.append("granted" if granted else "refused")
+        return granted
+
+
+def test_the_retry_budget_is_asked_only_once_the_policy_allows_the_retry() -> None:
+    from celery import Celery
+
+    eager = Celery("tb_eager", set_as_current=False)
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20, jitter="none")
+    ledger = Ledger(grants=1)
+    letters: list[DeadLetter] = []
+    budget = CeleryBudget(policy, dead_letter=letters.append, budget=ledger)
+    assert "budget=" in repr(budget)
+
+    def failing(self: Any) -> None:
+        raise ConnectionError("down")
+
+    task = eager.task(bind=True, name="tb.eager")(budget(failing))
+    # Eagerly, task.apply() runs each retry at once, in place: the whole run in one call.
+    refused = task.apply()
+    assert isinstance(refused.result, TaskBudgetExhausted)
+    # One deposit at the first execution; the retry is drawn; the next one is refused.
+    assert ledger.calls == ["deposit", "granted", "refused"]
+    assert letters[-1].report.reason is StopReason.RETRY_BUDGET
+    assert letters[-1].report.attempts == 2
+    assert "retry_budget" in str(refused.result)
+
+    ledger.calls.clear()
+    ledger.grants = 100
+    spent = task.apply()
+    assert isinstance(spent.result, TaskBudgetExhausted)
+    assert letters[-1].report.reason is StopReason.COUNT
+    # Every retry the policy allowed was drawn; the one it refused was never asked for.
+    assert ledger.calls == ["deposit"] + ["granted"] * policy.max_attempts()
+
+
+def test_a_retry_budget_must_be_a_synchronous_retry_budget() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20)
+    with pytest.raises(TypeError, match="retry budget"):
+        CeleryBudget(policy, dead_letter="dlq", budget=object())  # type: ignore[arg-type]
+
+    class AsyncLedger(Ledger):
+        is_async = True
+
+    with pytest.raises(TypeError, match="asynchronous"):
+        CeleryBudget(policy, dead_letter="dlq", budget=AsyncLedger(1))
+    from redis.asyncio import Redis as AsyncRedis
+
+    from tenacity_budget.redis import RedisRetryBudget
+
+    with pytest.raises(TypeError, match="asynchronous"):
+        CeleryBudget(policy, dead_letter="dlq", budget=RedisRetryBudget(AsyncRedis(), "api"))
+    budget = RetryBudget()
+    assert CeleryBudget(policy, dead_letter="dlq", budget=budget).budget is budget
+
+
 def test_importing_the_module_does_not_import_celery() -> None:
     code = (
         "import sys, tenacity_budget, tenacity_budget.celery\n"
@@ -439,7 +563,13 @@ def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worke
     """Start real worker processes (waiting until each is ready); stop them all afterwards."""
     workers: list[Worker] = []
 
-    def start(queue: str, dead_letter: str, *, visibility_timeout: float | None = None) -> Worker:
+    def start(
+        queue: str,
+        dead_letter: str,
+        *,
+        visibility_timeout: float | None = None,
+        fail_retry_publish: bool = False,
+    ) -> Worker:
         name = f"w{len(workers) + 1}-{uuid.uuid4().hex[:6]}@localhost"
         env = {
             **os.environ,
@@ -451,6 +581,8 @@ def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worke
         }
         if visibility_timeout is not None:
             env["TB_VISIBILITY_TIMEOUT"] = str(visibility_timeout)
+        if fail_retry_publish:
+            env["TB_FAIL_RETRY_PUBLISH"] = "1"
         command = [
             sys.executable,
             "-m",
@@ -526,9 +658,9 @@ def _check_run_log(task_id: str, calls: int) -> list[dict[str, Any]]:
     """The ``calls`` attempts of one run, each seeing the same started time and deadline."""
     attempts = _attempts(task_id)
     assert [a["retries"] for a in attempts] == list(range(calls))  # no duplicate, no gap
-    assert attempts[0]["started"] is None  # the first attempt starts the run...
-    started = {a["started"] for a in attempts[1:]}
-    assert len(started) <= 1  # ...and every retry carries its start, unchanged
+    started = {a["started"] for a in attempts}
+    assert None not in started  # the run's start is stamped when the task is published...
+    assert len(started) == 1  # ...and every retry carries it, unchanged
     assert len({a["deadline"] for a in attempts}) == 1
     return attempts
 
@@ -773,3 +905,154 @@ def test_load_hundreds_of_tasks_against_a_flaky_upstream(
         f"max lateness vs deadline {-min(slack):+.3f} s (min slack {min(slack):.3f} s), "
         f"wall time {wall:.1f} s"
     )
+
+
+def _published(queue: str) -> list[dict[str, Any]]:
+    """The headers of the messages waiting in ``queue`` (no worker consumes it), oldest first."""
+    return [json.loads(raw)["headers"] for raw in reversed(_store().lrange(queue, 0, -1))]
+
+
+def _budget_log(task_id: str) -> list[str]:
+    return [x.decode() for x in _store().lrange(f"tb:budget:{task_id}", 0, -1)]
+
+
+@pytest.mark.celery
+def test_publishing_stamps_a_budgeted_task_with_its_start_and_the_enclosing_deadline(
+    app: Any,
+) -> None:
+    """Real messages, published to a queue no worker reads, on the virtual clock."""
+    queue, _ = _names()
+    run_policy = BackoffPolicy(base=1, cap=1, max_elapsed=20)
+
+    @run_policy.retry()
+    def publish_inside_a_run() -> None:
+        tb.flaky.apply_async(queue=queue)
+
+    with virtual_clock() as clock:
+        now = clock.now()
+        tb.flaky.apply_async(queue=queue)
+        tb.plain.apply_async(queue=queue)  # no CeleryBudget: left alone
+        tb.flaky.apply_async(queue=queue, countdown=30)  # its run starts at its eta
+        with tenacity_budget.deadline_scope(40):
+            tb.flaky.apply_async(queue=queue)
+            tb.flaky.apply_async(queue=queue, headers=deadline_headers(now + timedelta(seconds=10)))
+            tb.flaky.apply_async(queue=queue, headers=deadline_headers(now + timedelta(seconds=60)))
+            publish_inside_a_run()  # the run's own end (20 s) is the earliest
+
+    def stamps(headers: dict[str, Any]) -> tuple[float | None, float | None]:
+        def seconds(key: str) -> float | None:
+            value = headers.get(key)
+            return None if value is None else (_when(value) - now).total_seconds()
+
+        return seconds(STARTED_HEADER), seconds(DEADLINE_HEADER)
+
+    assert [stamps(h) for h in _published(queue)] == [
+        (0.0, None),
+        (None, None),
+        (30.0, None),
+        (0.0, 40.0),
+        (0.0, 10.0),
+        (0.0, 40.0),
+        (0.0, 20.0),
+    ]
+
+
+@pytest.mark.celery
+def test_a_retry_budget_caps_retries_and_a_child_task_inherits_its_parents_deadline(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    queue, dead = _names()
+    children = f"{queue}.children"  # no worker reads it
+    start_worker(queue, dead)
+    spent = tb.capped_task.apply_async(args=(99,), queue=queue)
+    parent = tb.parent.apply_async(args=(children,), queue=queue)
+
+    # One run deposited one call, worth one retry: the second retry is refused.
+    error = _result(spent)
+    assert isinstance(error, TaskBudgetExhausted)
+    (letter,), left = _dead_letters(app, dead, 1)
+    assert left == 0
+    assert letter["task_id"] == spent.id
+    assert letter["report"]["reason"] == "retry_budget"
+    assert letter["report"]["attempts"] == 2
+    assert _budget_log(spent.id) == ["deposit", "granted", "refused"]
+    assert _countdowns(spent.id) == tb.capped.schedule(spent.id)[:1]
+    _check_run_log(spent.id, 2)
+
+    # A budgeted task published inside an attempt of another: the parent's end is its deadline.
+    value = _result(parent)
+    assert parent.state == "SUCCESS", value
+    (child,) = _published(children)
+    assert child["id"] == value["child"]
+    assert _when(child[DEADLINE_HEADER]) == _when(value["deadline"])
+    assert _when(value["at"]) <= _when(child[STARTED_HEADER])  # published during the attempt
+
+
+@pytest.mark.celery
+def test_a_crash_during_the_first_attempt_keeps_the_runs_start_and_its_deposit(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    """kill -9 a worker in the middle of a first attempt; a fresh one runs it again."""
+    queue, dead = _names()
+    first = start_worker(queue, dead)
+    result = tb.held.apply_async(args=(0,), queue=queue)
+    # The attempt is under way once it says so (on Redis, no clock involved).
+    assert _store().blpop([f"tb:holding:{result.id}"], timeout=WAIT) is not None
+    first.kill()
+    _store().rpush(f"tb:release:{result.id}", 1)  # the next execution will not hold
+    second = start_worker(queue, dead)
+    value = _result(result)
+    assert result.state == "SUCCESS", value
+    attempts = _attempts(result.id)
+    assert [(a["retries"], a["redelivered"]) for a in attempts] == [(0, False), (0, True)]
+    assert [a["hostname"] for a in attempts] == [first.name, second.name]
+    # The same run: started when it was published, before its first attempt, on both.
+    (started,) = {a["started"] for a in attempts}
+    (deadline,) = {a["deadline"] for a in attempts}
+    assert _when(started) <= _when(attempts[0]["at"])
+    assert _when(deadline) == _when(started) + timedelta(seconds=tb.HOLD.max_elapsed)
+    assert _budget_log(result.id) == ["deposit"]  # one call, deposited once
+
+
+@pytest.mark.celery
+def test_a_retry_the_broker_refuses_is_redelivered_or_dead_lettered(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    """The worker's retry publications fail as many times as each task's counter says."""
+    queue, dead = _names()
+    suffix = uuid.uuid4().hex[:8]
+    once, always, early = (f"nopub-{kind}-{suffix}" for kind in ("once", "always", "early"))
+    for task_id, refusals in ((once, 1), (always, 99), (early, 1)):
+        _store().set(f"tb:fail-publish:{task_id}", refusals)
+    start_worker(queue, dead, fail_retry_publish=True)
+    recovered = tb.flaky.apply_async(kwargs={"fails": 2}, queue=queue, task_id=once)
+    lost_twice = tb.flaky.apply_async(kwargs={"fails": 99}, queue=queue, task_id=always)
+    acked_early = tb.early.apply_async(kwargs={"fails": 1}, queue=queue, task_id=early)
+
+    # acks_late: the message is requeued, its attempt runs again and its retry goes out.
+    value = _result(recovered)
+    assert recovered.state == "SUCCESS", value
+    attempts = _attempts(once)
+    assert [(a["retries"], a["redelivered"]) for a in attempts] == [
+        (0, False),
+        (0, True),
+        (1, False),
+        (2, False),
+    ]
+    assert len({a["started"] for a in attempts}) == len({a["deadline"] for a in attempts}) == 1
+    schedule = tb.quick.schedule(once)
+    assert _countdowns(once) == [schedule[0], schedule[0], schedule[1]]
+
+    # Requeued once; the redelivered message's retry is refused too: dead-lettered.
+    # Acknowledged before its attempt (acks_late=False): nothing to requeue, dead-lettered.
+    for result in (lost_twice, acked_early):
+        error = _result(result)
+        assert isinstance(error, TaskBudgetExhausted), error
+        assert "could not be published" in str(error)
+    letters, left = _dead_letters(app, dead, 2)
+    assert left == 0
+    by_id = {letter["task_id"]: letter for letter in letters}
+    assert sorted(by_id) == sorted([always, early])
+    assert {letter["report"]["reason"] for letter in letters} == {"other"}
+    assert [(a["retries"], a["redelivered"]) for a in _attempts(always)] == [(0, False), (0, True)]
+    assert [(a["retries"], a["redelivered"]) for a in _attempts(early)] == [(0, False)]

@@ -5,7 +5,10 @@ Configured from the environment, which the tests set for each worker they start:
 * ``TB_CELERY_REDIS_URL``: the throwaway Redis server (broker and result backend);
 * ``TB_DEAD_LETTER_QUEUE``: the dead-letter queue of the budgeted tasks (one per test);
 * ``TB_VISIBILITY_TIMEOUT``: seconds before Redis hands an unacknowledged message to
-  another worker.
+  another worker;
+* ``TB_FAIL_RETRY_PUBLISH``: when ``1``, publishing a retry of task ``id`` fails (as a
+  broker refusing it would) while the Redis counter ``tb:fail-publish:<id>`` is positive,
+  which each failure decrements: the test sets how many of a task's retries fail.
 
 The upstream the tasks call is simulated in-process and deterministic: task ``id`` fails its
 first ``failures_for(id)`` attempts (or the ``fails`` it is given), then succeeds. Every
@@ -24,6 +27,7 @@ from typing import Any
 
 import redis
 from celery import Celery, Task
+from kombu.exceptions import OperationalError
 
 import tenacity_budget
 from tenacity_budget import BackoffPolicy
@@ -33,6 +37,7 @@ from tenacity_budget.celery import (
     DeadLetter,
     current_deadline,
 )
+from tenacity_budget.retry_budget import RetryBudget
 
 QUICK = BackoffPolicy(
     base=0.25, factor=2, cap=1.0, max_elapsed=6.0, jitter="full", attempt_duration=0.25
@@ -40,17 +45,23 @@ QUICK = BackoffPolicy(
 """Budget of the basic tests: 5 retries in 6 s (full jitter)."""
 
 LOAD = BackoffPolicy(
-    base=0.5, factor=2, cap=2.0, max_elapsed=12.0, jitter="full", attempt_duration=0.5
+    base=0.5, factor=2, cap=2.0, max_elapsed=24.0, jitter="full", attempt_duration=2.5
 )
-"""Budget of the load test: 5 retries in 12 s. The attempt estimate (0.5 s) is generous:
-under a backlog, a retry runs late; the estimate is the margin that still lets it run, or
-be dead-lettered, before its deadline."""
+"""Budget of the load test: 5 retries in 24 s. A run starts when it is published, so the
+time a task waits behind the burst of hundreds counts against it: the attempt estimate
+(2.5 s) leaves 14 s of the budget beyond the countdowns for that wait. Under a backlog a
+retry also runs late; the estimate is the margin that still lets it run, or be
+dead-lettered, before its deadline."""
 
 FAULT = BackoffPolicy(
     base=2.0, factor=2, cap=2.0, max_elapsed=14.0, jitter="full", attempt_duration=0.5
 )
 """Budget of the crash test: countdowns up to 2 s, so a retry is pending long enough to kill
 the worker under it; 14 s leave room for Redis to hand the retry to a fresh worker."""
+
+HOLD = BackoffPolicy(base=0.5, cap=0.5, max_elapsed=30.0, attempt_duration=1.0)
+"""Budget of the test that kills a worker during a first attempt: 30 s leave ample room for
+the visibility timeout to hand the message to a fresh worker."""
 
 DEFAULT_VISIBILITY_TIMEOUT = 4.0
 """Longer than any countdown plus attempt of these policies (at most 2.5 s), so a live
@@ -121,7 +132,14 @@ def call_upstream(task_id: str, attempt: int, fails: int) -> str:
 
 
 class RecordingTask(Task):  # type: ignore[misc]
-    """Logs each countdown handed to ``retry`` and, once published, the retry itself."""
+    """Logs each countdown handed to ``retry`` and, once published, the retry itself.
+
+    With ``TB_FAIL_RETRY_PUBLISH=1`` (see the module docstring) the publication of a retry
+    can be made to fail. The failure is raised where a broker error would surface: from
+    ``apply_async``, which ``Task.retry`` calls to publish the retry, with the exception
+    kombu raises when the broker refuses a message after its own connection retries
+    (``OperationalError``). What happens next is Celery's and ours, unchanged.
+    """
 
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         task_id = self.request.id
@@ -131,9 +149,54 @@ class RecordingTask(Task):  # type: ignore[misc]
         finally:
             store().rpush(f"tb:retried:{task_id}", self.request.retries + 1)
 
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        task_id = options.get("task_id")
+        if (
+            os.environ.get("TB_FAIL_RETRY_PUBLISH") == "1"
+            and options.get("retries")
+            and store().decr(f"tb:fail-publish:{task_id}") >= 0
+        ):
+            raise OperationalError(f"simulated broker error: retry of {task_id} not published")
+        return super().apply_async(args, kwargs, **options)
 
-def _attempt(task: Any, fails: int | None) -> dict[str, Any]:
-    """One attempt: log it, call the upstream, and describe the run on success."""
+
+class RecordingBudget:
+    """A real :class:`~tenacity_budget.RetryBudget`, each call of which is also logged.
+
+    Every deposit and every decision is pushed to ``tb:budget:<task id>`` (the task being
+    run), so the tests count them; the decisions themselves are the wrapped budget's.
+    """
+
+    def __init__(self, inner: RetryBudget) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    @property
+    def is_async(self) -> bool:
+        return bool(self.inner.is_async)
+
+    def _log(self, what: str) -> None:
+        store().rpush(f"tb:budget:{app.current_worker_task.request.id}", what)
+
+    def deposit(self) -> None:
+        self._log("deposit")
+        self.inner.deposit()
+
+    def try_withdraw(self) -> bool:
+        granted = bool(self.inner.try_withdraw())
+        self._log("granted" if granted else "refused")
+        return granted
+
+
+def _attempt(task: Any, fails: int | None, *, hold: bool = False) -> dict[str, Any]:
+    """One attempt: log it, call the upstream, and describe the run on success.
+
+    With ``hold``, the attempt then waits (on Redis, not a clock) until the test pushes to
+    ``tb:release:<id>``: a first attempt a test can kill its worker in the middle of.
+    """
     request = task.request
     deadline = current_deadline()
     left = tenacity_budget.remaining()
@@ -145,9 +208,13 @@ def _attempt(task: Any, fails: int | None) -> dict[str, Any]:
         "started": request.get(STARTED_HEADER),
         "deadline": deadline.isoformat(),
         "remaining": left,
+        "redelivered": bool((request.delivery_info or {}).get("redelivered")),
         "at": datetime.now(UTC).isoformat(),
     }
     store().rpush(f"tb:attempts:{request.id}", json.dumps(record))
+    if hold:
+        store().rpush(f"tb:holding:{request.id}", 1)
+        store().blpop([f"tb:release:{request.id}"], timeout=60)
     call_upstream(request.id, request.retries, failures_for(request.id) if fails is None else fails)
     return {**record, "finished_at": datetime.now(UTC).isoformat()}
 
@@ -164,6 +231,20 @@ quick = CeleryBudget(QUICK, retry_on=UpstreamError, dead_letter=DEAD_LETTER_QUEU
 quick_to_callback = CeleryBudget(QUICK, retry_on=UpstreamError, dead_letter=letter_to_redis)
 load = CeleryBudget(LOAD, retry_on=UpstreamError, dead_letter=DEAD_LETTER_QUEUE)
 fault = CeleryBudget(FAULT, retry_on=UpstreamError, dead_letter=DEAD_LETTER_QUEUE)
+# One call deposited per run, each deposit worth one retry, over a window far longer than
+# any test: the budget grants exactly as many retries as runs were started.
+capped = CeleryBudget(
+    QUICK,
+    retry_on=UpstreamError,
+    dead_letter=DEAD_LETTER_QUEUE,
+    budget=RecordingBudget(RetryBudget(ratio=1.0, min_per_second=0.0, ttl=3600.0)),
+)
+hold = CeleryBudget(
+    HOLD,
+    retry_on=UpstreamError,
+    dead_letter=DEAD_LETTER_QUEUE,
+    budget=RecordingBudget(RetryBudget(ratio=1.0, min_per_second=0.0, ttl=3600.0)),
+)
 
 
 def _flaky(self: Any, fails: int | None = None) -> dict[str, Any]:
@@ -174,6 +255,27 @@ def _flaky(self: Any, fails: int | None = None) -> dict[str, Any]:
 def _flaky_callback(self: Any, fails: int) -> dict[str, Any]:
     """As ``tb.flaky``, dead-lettering to a callback instead of a queue."""
     return _attempt(self, fails)
+
+
+def _capped(self: Any, fails: int) -> dict[str, Any]:
+    """As ``tb.flaky``, under a retry budget."""
+    return _attempt(self, fails)
+
+
+def _held(self: Any, fails: int) -> dict[str, Any]:
+    """As ``tb.flaky``, but each attempt holds until the test releases it."""
+    return _attempt(self, fails, hold=True)
+
+
+def _parent(self: Any, child_queue: str) -> dict[str, Any]:
+    """Publishes a budgeted child task (``tb.flaky``) to ``child_queue`` from its attempt."""
+    record = _attempt(self, 0)
+    child = flaky.apply_async(kwargs={"fails": 0}, queue=child_queue)
+    return {**record, "child": child.id}
+
+
+def _plain(self: Any) -> None:
+    """A task without a CeleryBudget: its messages are not stamped."""
 
 
 def _broken(self: Any) -> None:
@@ -199,3 +301,10 @@ flaky_callback: Any = app.task(bind=True, base=RecordingTask, name="tb.flaky_cal
 broken: Any = app.task(bind=True, base=RecordingTask, name="tb.broken")(quick(_broken))
 load_task: Any = app.task(bind=True, base=RecordingTask, name="tb.load")(load(_load))
 fault_task: Any = app.task(bind=True, base=RecordingTask, name="tb.fault")(fault(_fault))
+early: Any = app.task(bind=True, base=RecordingTask, name="tb.early", acks_late=False)(
+    quick(_flaky)
+)
+capped_task: Any = app.task(bind=True, base=RecordingTask, name="tb.capped")(capped(_capped))
+held: Any = app.task(bind=True, base=RecordingTask, name="tb.held")(hold(_held))
+parent: Any = app.task(bind=True, base=RecordingTask, name="tb.parent")(quick(_parent))
+plain: Any = app.task(bind=True, name="tb.plain")(_plain)
