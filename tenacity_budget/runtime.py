@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 import tenacity
 from tenacity import RetryCallState, RetryError
 
-from ._config import check_aware
+from ._config import check_aware, earliest
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .state import RunState, prepare, run_state, tag
 
@@ -96,16 +96,26 @@ class Horizon:
         run: RunState | None = None,
     ) -> None:
         self.outer = outer
+        self.mono_end = self.wall_end = math.inf
+        self.tighten(mono_end=mono_end, wall_end=wall_end)
         if outer is not None:
-            mono_end = min(mono_end, outer.mono_end)
-            wall_end = min(wall_end, outer.wall_end)
-        self.mono_end = mono_end
-        self.wall_end = wall_end
+            self.tighten(mono_end=outer.mono_end, wall_end=outer.wall_end)
         self.run = run
         self.last = math.inf  # the smallest value remaining() has handed out in this frame
 
     def __repr__(self) -> str:
         return f"<Horizon left={self.left()!r} run={self.run!r}>"
+
+    def tighten(self, *, mono_end: float = math.inf, wall_end: float = math.inf) -> None:
+        """Bring the frame's ends forward to these, where they are earlier (never back).
+
+        The one rule of nesting: an inner frame, or a deadline learnt later, can only
+        shorten the time left.
+        """
+        if mono_end < self.mono_end:
+            self.mono_end = mono_end
+        if wall_end < self.wall_end:
+            self.wall_end = wall_end
 
     def left(self) -> float:
         """Seconds until the earliest end (may be negative; ``inf`` without an end)."""
@@ -392,8 +402,8 @@ class BudgetedRetry:
         # Hooks cost time on every attempt: install ours only where they have work to do.
         # A fixed deadline is known before the run; a callable one needs the run's state.
         self._deadline_callable = deadline is not None and not isinstance(deadline, datetime)
-        fixed = [d for d in (deadline, policy.deadline) if isinstance(d, datetime)]
-        self._fixed_deadline_ts = min(d.timestamp() for d in fixed) if fixed else math.inf
+        fixed = earliest(deadline if isinstance(deadline, datetime) else None, policy.deadline)
+        self._fixed_deadline_ts = fixed.timestamp() if fixed is not None else math.inf
         self._retrying_kwargs: dict[str, Any] = {
             **kwargs,
             "wait": wait,
@@ -433,7 +443,7 @@ class BudgetedRetry:
             horizon = _HORIZON.get()
             if horizon is not None:
                 record = self.stop.run_state(retry_state)
-                horizon.wall_end = min(horizon.wall_end, record.deadline_ts)
+                horizon.tighten(wall_end=record.deadline_ts)
         if self._user_before is not None:
             self._user_before(retry_state)
 

@@ -264,12 +264,11 @@ class stop_budget(stop_base):
         horizon = current_horizon()
         if horizon is not None and horizon.run is record:
             horizon = horizon.outer  # the run's own horizon is its budget, checked apart
-        own = earliest(deadline, self.policy.deadline)
-        record.deadline_ts = own.timestamp() if own is not None else math.inf
         if horizon is not None:
-            record.deadline_ts = min(record.deadline_ts, horizon.wall_end)
             record.deadline_mono = horizon.mono_end
-            own = earliest(own, horizon.deadline())
+        enclosing = horizon.deadline() if horizon is not None else None
+        own = earliest(deadline, self.policy.deadline, enclosing)
+        record.deadline_ts = own.timestamp() if own is not None else math.inf
         record.deadline = own
         record.resolved = True
 
