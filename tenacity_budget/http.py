@@ -56,6 +56,9 @@ _HEADER = "Retry-After"
 
 _WHOLE_MS = re.compile(rb"[0-9]+", re.ASCII)
 
+# A header name is a token (RFC 9110 §5.6.2).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", re.ASCII)
+
 
 def parse_retry_after(value: str | bytes | None, *, now: datetime | None = None) -> float | None:
     """Seconds to wait according to a ``Retry-After`` header value, or ``None``.
@@ -195,3 +198,12 @@ def parse_timeout_ms(value: str | bytes | None) -> float | None:
     if not _WHOLE_MS.fullmatch(text):
         return None
     return float(text) / 1000.0  # digits only: float() cannot fail; past 1e308 it is inf
+
+
+def _check_header_name(name: object, what: str) -> str:
+    """``name`` if it is a valid HTTP header name (an RFC 9110 token), else raise saying so."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a header name (str), got {type(name).__name__}")
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(f"{what} must be a valid HTTP header name, got {name!r}")
+    return name

@@ -1,0 +1,427 @@
+"""httpx transports that retry within a budget and tell the next hop its deadline.
+
+Needs the ``httpx`` extra (``pip install tenacity-budget[httpx]``); importing
+``tenacity_budget`` does not import this module or httpx.
+
+:class:`AsyncBudgetTransport` and :class:`BudgetTransport` wrap another httpx transport
+(httpx's own by default) and send each request as one budgeted run of the policy::
+
+    import httpx
+    from tenacity_budget import BackoffPolicy
+    from tenacity_budget.httpx import AsyncBudgetTransport
+
+    policy = BackoffPolicy(base=0.1, cap=2, max_elapsed=10, attempt_duration=1)
+    async with httpx.AsyncClient(transport=AsyncBudgetTransport(policy)) as client:
+        response = await client.get("https://api.example/users/42")
+        response.raise_for_status()
+
+What a request gets:
+
+* **Retries** on ``httpx.TransportError`` (connection refused or reset, timeouts...) and
+  on the ``retry_statuses`` (429, 502, 503, 504), for the idempotent ``methods`` only: a
+  ``POST`` is sent once unless you list it. A ``Retry-After`` on such a response (seconds or
+  an HTTP-date, read by :func:`tenacity_budget.http.parse_retry_after`) replaces the backoff
+  delay; the budget stop still guards it, like any ``retry_after``.
+* **The budget's end.** The run stops before a retry that would end after the policy's
+  ``max_elapsed``, the policy's deadline or any enclosing
+  :func:`~tenacity_budget.deadline_scope` (a :class:`~tenacity_budget.asgi.DeadlineMiddleware`
+  sets one per request). Spent on a retryable status, the last response is returned, and
+  your ``raise_for_status()`` decides (like urllib3's ``raise_on_status=False``); its
+  :func:`exhaustion_report` says how the budget went. Spent on a transport error,
+  :class:`~tenacity_budget.BudgetExhausted` is raised from that error. The bodies of the
+  responses it discards are closed.
+* **Each attempt bounded by the time left.** The async transport cancels the whole attempt
+  (connecting, sending, waiting for the response headers) when the run's time is up
+  (``policy.retry(hard_deadline=True)``). The sync one cannot interrupt a running call, so
+  it sets every httpx timeout phase (connect, read, write, pool) to the time left, or the
+  request's own timeout where that is shorter. That bounds each phase, not their sum, and
+  not: a server that trickles bytes (the read timeout counts between reads, not over the
+  whole response), name resolution (``getaddrinfo`` takes no timeout), or reading the body
+  after the transport has returned the response (the client streams it later). Use the
+  async transport where an attempt must end on time whatever the server does.
+* **The deadline downstream.** Every request it sends carries the time left, in whole
+  milliseconds rounded down, in ``X-Request-Timeout-Ms`` (``deadline_header``; ``None``
+  disables it), so the next service (with :class:`~tenacity_budget.asgi.DeadlineMiddleware`)
+  ends its own work by the caller's deadline. The value is relative, so no clock needs to
+  agree with another.
+
+The response the transport returns is the one the wrapped transport returned: its body
+(streamed by the client after the transport returns) is outside the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from tenacity import retry_if_exception, retry_never
+
+from .exhaustion import BudgetExhausted, ExhaustionReport
+from .http import _check_header_name, format_timeout_ms, retry_after
+from .runtime import remaining
+
+if TYPE_CHECKING:
+    from .policy import BackoffPolicy
+    from .runtime import BudgetedRetry
+
+__all__ = [
+    "DEFAULT_METHODS",
+    "DEFAULT_RETRY_STATUSES",
+    "REPORT_EXTENSION",
+    "AsyncBudgetTransport",
+    "BudgetTransport",
+    "exhaustion_report",
+]
+
+DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
+"""Statuses retried by default: too many requests, bad gateway, unavailable, gateway timeout."""
+
+DEFAULT_METHODS: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+"""Methods retried by default: the idempotent ones of RFC 9110 §9.2.2."""
+
+REPORT_EXTENSION = "tenacity_budget.report"
+"""The ``response.extensions`` key of the report of a run that gave up on a status."""
+
+_PHASES = ("connect", "read", "write", "pool")
+
+# Transport errors that a retry cannot cure: the request itself is wrong.
+_NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+)
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Whether a failed attempt is worth retrying: a transport error or a retryable status."""
+    if isinstance(exc, _RetryableStatus):
+        return True
+    return isinstance(exc, httpx.TransportError) and not isinstance(exc, _NOT_RETRIED)
+
+
+def exhaustion_report(response: httpx.Response) -> ExhaustionReport | None:
+    """The report of the run that gave up and returned this response, else ``None``.
+
+    A transport returns the last response when the budget is spent on a retryable status
+    (a 503 that kept coming, a ``Retry-After`` longer than the time left); this says how
+    the budget was spent (``report.reason``, ``report.attempts``...). ``None`` for a
+    response that ended its run by itself (success, or a status not retried).
+    """
+    report = response.extensions.get(REPORT_EXTENSION)
+    return report if isinstance(report, ExhaustionReport) else None
+
+
+class _RetryableStatus(Exception):
+    """A response with a retryable status: raised inside the run so the policy retries it.
+
+    It carries the response as ``.response``, so :func:`tenacity_budget.http.retry_after`
+    reads its ``Retry-After`` like any HTTP error's.
+    """
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"retryable status {response.status_code}")
+        self.response = response
+
+
+class _Call:
+    """One request's run: the request, its own timeouts, the latest response received."""
+
+    __slots__ = ("received", "request", "timeouts")
+
+    def __init__(self, request: httpx.Request) -> None:
+        self.request = request
+        timeouts = request.extensions.get("timeout")
+        self.timeouts: dict[str, Any] = dict(timeouts) if isinstance(timeouts, dict) else {}
+        self.received: httpx.Response | None = None
+
+
+class _Config:
+    """The validated options both transports share, and the rules they apply per attempt."""
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        retry_statuses: Iterable[int],
+        methods: Iterable[str],
+        deadline_header: str | None,
+    ) -> None:
+        from .policy import BackoffPolicy
+
+        if not isinstance(policy, BackoffPolicy):
+            raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self.retry_statuses = _statuses(retry_statuses)
+        self.methods = _methods(methods)
+        self.deadline_header = _header(deadline_header)
+
+    def retry_kwargs(self, *, retried: bool) -> dict[str, Any]:
+        """The ``policy.retry()`` options of a run: retried methods, or sent once."""
+        if not retried:
+            return {"retry": retry_never}
+        return {"retry": retry_if_exception(_retryable), "retry_after": retry_after}
+
+    def time_left(self, call: _Call) -> float:
+        """The run's time left, written into the request's deadline header.
+
+        Raises:
+            httpx.TimeoutException: when no time is left: the request is not sent.
+        """
+        left = remaining()
+        if left is None or not math.isfinite(left):  # pragma: no cover (always in a run)
+            raise RuntimeError("a transport attempt runs inside its budgeted run")
+        if left <= 0.0:
+            raise httpx.TimeoutException(
+                "no time left to send the request: the run's budget or deadline is spent",
+                request=call.request,
+            )
+        if self.deadline_header is not None:
+            call.request.headers[self.deadline_header] = format_timeout_ms(left)
+        return left
+
+    def check(self, response: httpx.Response, *, retried: bool) -> httpx.Response:
+        """``response``, or :class:`_RetryableStatus` raised when the run should retry it."""
+        if retried and response.status_code in self.retry_statuses:
+            raise _RetryableStatus(response)
+        return response
+
+
+def _last_response(exc: BudgetExhausted) -> httpx.Response:
+    """The response of a run spent on a retryable status; re-raise ``exc`` otherwise."""
+    last = exc.last_attempt.exception() if exc.last_attempt.failed else None
+    if not isinstance(last, _RetryableStatus):
+        raise exc
+    response = last.response
+    # The run gave up on a result, not an exception: the report says so, as tenacity's own
+    # retry_if_result runs do (our _RetryableStatus is only the vehicle of the response).
+    response.extensions[REPORT_EXTENSION] = dataclasses.replace(exc.report, last_exception=None)
+    return response
+
+
+def _statuses(statuses: Iterable[int]) -> frozenset[int]:
+    if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
+        raise TypeError(f"retry_statuses must be a set of status codes, got {statuses!r}")
+    found = frozenset(statuses)
+    for status in found:
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise TypeError(f"retry_statuses must hold ints, got {status!r}")
+        if not 100 <= status <= 599:
+            raise ValueError(f"retry_statuses must be HTTP status codes (100-599), got {status}")
+    return found
+
+
+def _methods(methods: Iterable[str]) -> frozenset[str]:
+    if isinstance(methods, str | bytes) or not isinstance(methods, Iterable):
+        raise TypeError(f"methods must be a set of HTTP method names, got {methods!r}")
+    found: set[str] = set()
+    for method in methods:
+        if not isinstance(method, str) or not method.isascii() or not method.isalpha():
+            raise ValueError(f"methods must hold HTTP method names such as 'GET', got {method!r}")
+        found.add(method.upper())
+    return frozenset(found)
+
+
+def _header(name: str | None) -> str | None:
+    return None if name is None else _check_header_name(name, "deadline_header")
+
+
+class _Options:
+    """The read-only options of a transport (shared by the sync and async ones)."""
+
+    _config: _Config
+
+    @property
+    def policy(self) -> BackoffPolicy:
+        """The policy each request runs under."""
+        return self._config.policy
+
+    @property
+    def retry_statuses(self) -> frozenset[int]:
+        """The response statuses retried."""
+        return self._config.retry_statuses
+
+    @property
+    def methods(self) -> frozenset[str]:
+        """The request methods retried; any other is sent once."""
+        return self._config.methods
+
+    @property
+    def deadline_header(self) -> str | None:
+        """The header carrying the time left in whole milliseconds, or ``None``."""
+        return self._config.deadline_header
+
+
+class BudgetTransport(_Options, httpx.BaseTransport):
+    """A sync httpx transport that retries each request under a :class:`BackoffPolicy`.
+
+    ``httpx.Client(transport=BudgetTransport(policy))``. What it does is described in
+    :mod:`tenacity_budget.httpx`; in short: retries on transport errors and on
+    ``retry_statuses`` for ``methods``, honours ``Retry-After``, sets every timeout phase
+    of each attempt to the time left, sends that time left downstream in
+    ``deadline_header``, returns the last response when the budget is spent on a status
+    and raises :class:`~tenacity_budget.BudgetExhausted` when spent on a transport error.
+
+    Args:
+        policy: the budget of each request (its ``max_elapsed``, deadline and backoff).
+        transport: the transport to send through; default ``httpx.HTTPTransport()``.
+        retry_statuses: response statuses to retry.
+        methods: request methods to retry (upper case); any other is sent once, still
+            bounded by the time left and carrying the deadline header.
+        deadline_header: the header carrying the time left in whole milliseconds;
+            ``None`` sends none.
+        budget: a retry budget (:class:`~tenacity_budget.RetryBudget`) every retry draws
+            from, shared by the requests to one dependency.
+
+    Raises:
+        TypeError, ValueError: at construction, for a bad option (an asyncio retry budget
+            included: it needs :class:`AsyncBudgetTransport`).
+    """
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        retry_statuses: frozenset[int] = frozenset({429, 502, 503, 504}),
+        methods: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}),
+        deadline_header: str | None = "X-Request-Timeout-Ms",
+        budget: Any = None,
+    ) -> None:
+        if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            raise TypeError(
+                f"transport must be an httpx.BaseTransport, got {type(transport).__name__}"
+            )
+        self._config = _Config(policy, retry_statuses, methods, deadline_header)
+        self.transport: httpx.BaseTransport = (
+            transport if transport is not None else httpx.HTTPTransport()
+        )
+        self.budget = budget
+        self._retried = _decorate(policy, budget, self._config, self._attempt, retried=True)
+        self._once = _decorate(policy, budget, self._config, self._attempt, retried=False)
+
+    def __repr__(self) -> str:
+        return f"<BudgetTransport {self.policy!r} transport={self.transport!r}>"
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` as one budgeted run (see the class)."""
+        call = _Call(request)
+        response: httpx.Response | None = None
+        try:
+            if request.method not in self._config.methods:
+                response = self._once(call, False)
+            else:
+                try:
+                    response = self._retried(call, True)
+                except BudgetExhausted as exc:
+                    response = _last_response(exc)
+            assert response is not None
+            return response
+        finally:
+            # A response received but not handed over: the run ended otherwise (an
+            # exception, an interruption between attempts).
+            if call.received is not None and call.received is not response:
+                call.received.close()
+
+    def _attempt(self, call: _Call, retried: bool) -> httpx.Response:
+        previous, call.received = call.received, None
+        if previous is not None:  # the run is retrying it: discard it
+            previous.close()
+        left = self._config.time_left(call)
+        call.request.extensions["timeout"] = _bounded_timeouts(call.timeouts, left)
+        response = call.received = self.transport.handle_request(call.request)
+        return self._config.check(response, retried=retried)
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.transport.close()
+
+
+class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
+    """An asyncio httpx transport that retries each request under a :class:`BackoffPolicy`.
+
+    ``httpx.AsyncClient(transport=AsyncBudgetTransport(policy))``. As
+    :class:`BudgetTransport` (same arguments; ``transport`` defaults to
+    ``httpx.AsyncHTTPTransport()``), except that each attempt is cancelled as a whole when
+    the run's time is up (``policy.retry(hard_deadline=True)``), whatever phase it is in;
+    the run then ends with :class:`~tenacity_budget.BudgetExhausted` (reason
+    ``wall_clock`` or ``deadline``). An asyncio retry budget is welcome here.
+    """
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_statuses: frozenset[int] = frozenset({429, 502, 503, 504}),
+        methods: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}),
+        deadline_header: str | None = "X-Request-Timeout-Ms",
+        budget: Any = None,
+    ) -> None:
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError(
+                f"transport must be an httpx.AsyncBaseTransport, got {type(transport).__name__}"
+            )
+        self._config = _Config(policy, retry_statuses, methods, deadline_header)
+        self.transport: httpx.AsyncBaseTransport = (
+            transport if transport is not None else httpx.AsyncHTTPTransport()
+        )
+        self.budget = budget
+        self._retried = _decorate(policy, budget, self._config, self._attempt, retried=True)
+        self._once = _decorate(policy, budget, self._config, self._attempt, retried=False)
+
+    def __repr__(self) -> str:
+        return f"<AsyncBudgetTransport {self.policy!r} transport={self.transport!r}>"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` as one budgeted run (see the class)."""
+        call = _Call(request)
+        response: httpx.Response | None = None
+        try:
+            if request.method not in self._config.methods:
+                response = await self._once(call, False)
+            else:
+                try:
+                    response = await self._retried(call, True)
+                except BudgetExhausted as exc:
+                    response = _last_response(exc)
+            assert response is not None
+            return response
+        finally:
+            # A response received but not handed over: the run ended otherwise (an attempt
+            # that ended after the run's time was up, a cancellation in a backoff sleep).
+            if call.received is not None and call.received is not response:
+                await call.received.aclose()
+
+    async def _attempt(self, call: _Call, retried: bool) -> httpx.Response:
+        previous, call.received = call.received, None
+        if previous is not None:  # the run is retrying it: discard it
+            await previous.aclose()
+        self._config.time_left(call)
+        response = call.received = await self.transport.handle_async_request(call.request)
+        return self._config.check(response, retried=retried)
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.transport.aclose()
+
+
+def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float]:
+    """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
+    bounded: dict[str, float] = {}
+    for phase in _PHASES:
+        own = timeouts.get(phase)
+        bounded[phase] = left if own is None or own > left else float(own)
+    return bounded
+
+
+def _decorate(
+    policy: BackoffPolicy, budget: Any, config: _Config, attempt: Any, *, retried: bool
+) -> Any:
+    """``attempt`` as a budgeted run of ``policy`` (hard deadline for a coroutine)."""
+    options: dict[str, Any] = config.retry_kwargs(retried=retried)
+    decorator: BudgetedRetry = policy.retry(
+        budget=budget, hard_deadline=inspect.iscoroutinefunction(attempt), **options
+    )
+    return decorator(attempt)

@@ -1,0 +1,293 @@
+"""DeadlineMiddleware: the caller's time left becomes the request's ambient deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tenacity_budget import (
+    BackoffPolicy,
+    BudgetExhausted,
+    StopReason,
+    deadline_scope,
+    remaining,
+)
+from tenacity_budget.asgi import DeadlineMiddleware
+from tenacity_budget.testing import VirtualClock
+
+Scope = dict[str, Any]
+
+
+class Recorder:
+    """A tiny ASGI app recording remaining() as its handler sees it."""
+
+    def __init__(self) -> None:
+        self.seen: list[float | None] = []
+        self.scopes: list[Scope] = []
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        self.scopes.append(scope)
+        self.seen.append(remaining())
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.accept"})
+
+
+async def call(
+    app: Any, scope_type: str = "http", headers: list[tuple[bytes, bytes]] | None = None
+) -> list[dict[str, Any]]:
+    """Run one ASGI connection of ``app`` by hand; return the messages it sent."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": f"{scope_type}.request" if scope_type == "http" else "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope: Scope = {"type": scope_type, "headers": headers or []}
+    await app(scope, receive, send)
+    return sent
+
+
+def client(app: Any, **headers: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://service.test", headers=headers
+    )
+
+
+# -- the header becomes a scope ------------------------------------------------------------
+
+
+async def test_the_header_sets_the_time_left(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    async with client(DeadlineMiddleware(inner), **{"X-Request-Timeout-Ms": "1500"}) as c:
+        response = await c.get("/")
+    assert response.status_code == 200
+    assert inner.seen == [pytest.approx(1.5, abs=1e-6)]
+    assert remaining() is None  # the scope ends with the request
+
+
+async def test_without_the_header_there_is_no_scope() -> None:
+    inner = Recorder()
+    async with client(DeadlineMiddleware(inner)) as c:
+        assert (await c.get("/")).status_code == 200
+    assert inner.seen == [None]
+
+
+@pytest.mark.parametrize(
+    "value", ["", "soon", "-5", "1.5", "+100", "1e3", "0x10", "١٢".encode(), "12 ms", "NaN", "inf"]
+)
+async def test_a_malformed_or_negative_header_is_ignored_never_a_500(value: str | bytes) -> None:
+    inner = Recorder()
+    async with client(DeadlineMiddleware(inner), **{"X-Request-Timeout-Ms": value}) as c:
+        response = await c.get("/")
+    assert response.status_code == 200
+    assert inner.seen == [None]
+
+
+async def test_a_header_too_large_for_a_float_is_no_deadline() -> None:
+    inner = Recorder()
+    await call(DeadlineMiddleware(inner), headers=[(b"x-request-timeout-ms", b"9" * 400)])
+    assert inner.seen == [None]
+
+
+async def test_zero_means_no_time_left(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    await call(DeadlineMiddleware(inner), headers=[(b"x-request-timeout-ms", b"0")])
+    assert inner.seen == [0.0]
+
+
+async def test_the_smallest_of_repeated_headers_holds(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    headers = [
+        (b"x-request-timeout-ms", b"3000"),
+        (b"x-request-timeout-ms", b"bogus"),
+        (b"X-Request-Timeout-Ms", b"1200"),
+        (b"x-request-timeout-ms", b"2000"),
+    ]
+    await call(DeadlineMiddleware(inner), headers=headers)
+    assert inner.seen == [pytest.approx(1.2, abs=1e-6)]
+
+
+async def test_a_custom_header_name_in_any_case(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, header="Grpc-Like-Timeout")
+    await call(app, headers=[(b"grpc-like-timeout", b"700"), (b"x-request-timeout-ms", b"1")])
+    assert inner.seen == [pytest.approx(0.7, abs=1e-6)]
+
+
+# -- max_timeout ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ([(b"x-request-timeout-ms", b"60000")], 5.0),  # clamped
+        ([(b"x-request-timeout-ms", b"2000")], 2.0),  # within the cap
+        ([], 5.0),  # no header: the cap
+        ([(b"x-request-timeout-ms", b"-1")], 5.0),  # ignored header: the cap
+        ([(b"x-request-timeout-ms", b"9" * 400)], 5.0),
+    ],
+)
+async def test_max_timeout_caps_every_request(
+    virtual_clock: VirtualClock, headers: list[tuple[bytes, bytes]], expected: float
+) -> None:
+    inner = Recorder()
+    await call(DeadlineMiddleware(inner, max_timeout=5), headers=headers)
+    assert inner.seen == [pytest.approx(expected, abs=1e-6)]
+
+
+# -- scope types ---------------------------------------------------------------------------
+
+
+async def test_websocket_connections_get_the_scope_too(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    sent = await call(
+        DeadlineMiddleware(inner), "websocket", headers=[(b"x-request-timeout-ms", b"250")]
+    )
+    assert inner.seen == [pytest.approx(0.25, abs=1e-6)]
+    assert sent == [{"type": "websocket.accept"}]
+
+
+async def test_lifespan_passes_through_untouched() -> None:
+    inner = Recorder()
+    scope: Scope = {"type": "lifespan", "asgi": {"version": "3.0"}}
+    await DeadlineMiddleware(inner, max_timeout=5)(scope, _never, _never)
+    assert inner.scopes == [scope]
+    assert inner.seen == [None]  # no scope, even with a cap
+
+
+async def _never(*_args: Any) -> Any:
+    raise AssertionError("not called")
+
+
+# -- what the handler's runs see -----------------------------------------------------------
+
+
+async def test_an_enclosing_deadline_still_holds(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    with deadline_scope(0.5):
+        await call(DeadlineMiddleware(inner), headers=[(b"x-request-timeout-ms", b"9000")])
+    assert inner.seen == [pytest.approx(0.5, abs=1e-6)]
+
+
+async def test_a_budgeted_run_in_the_handler_ends_by_the_callers_deadline(
+    virtual_clock: VirtualClock,
+) -> None:
+    policy = BackoffPolicy(base=0.2, cap=1, max_elapsed=60, jitter="none")
+    reports: list[Any] = []
+    left_in_attempts: list[float | None] = []
+
+    @policy.retry()
+    async def flaky() -> None:
+        left_in_attempts.append(remaining())
+        raise OSError("down")
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await flaky()
+        except BudgetExhausted as exc:
+            reports.append(exc.report)
+        await send({"type": "http.response.start", "status": 503, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    start = virtual_clock.now()
+    sent = await call(DeadlineMiddleware(app), headers=[(b"x-request-timeout-ms", b"1000")])
+    assert sent[0]["status"] == 503
+    [report] = reports
+    assert report.reason is StopReason.DEADLINE
+    assert report.deadline is not None
+    assert (report.deadline - start).total_seconds() == pytest.approx(1.0)
+    # The run's own remaining() counts down from the caller's second, not its 60 s budget.
+    assert left_in_attempts[0] == pytest.approx(1.0, abs=1e-6)
+    assert all(left is not None and left <= 1.0 for left in left_in_attempts)
+    assert virtual_clock.elapsed <= 1.0
+
+
+async def test_concurrent_requests_each_see_their_own_deadline(
+    virtual_clock: VirtualClock,
+) -> None:
+    seen: dict[str, float | None] = {}
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await asyncio.sleep(0)  # interleave the requests
+        seen[scope["path"]] = remaining()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with client(DeadlineMiddleware(app)) as c:
+        await asyncio.gather(
+            *(c.get(f"/{ms}", headers={"X-Request-Timeout-Ms": str(ms)}) for ms in (100, 2000, 30))
+        )
+    assert virtual_clock.elapsed == 0.0  # asyncio.sleep(0) jumps nothing
+    assert seen == pytest.approx({"/100": 0.1, "/2000": 2.0, "/30": 0.03}, abs=1e-6)
+
+
+# -- construction --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_timeout": 0}, ValueError),
+        ({"max_timeout": -1.0}, ValueError),
+        ({"max_timeout": math.inf}, ValueError),
+        ({"max_timeout": math.nan}, ValueError),
+        ({"max_timeout": "5"}, TypeError),
+        ({"max_timeout": True}, TypeError),
+        ({"header": ""}, ValueError),
+        ({"header": "X Timeout"}, ValueError),
+        ({"header": "X-Timeout:"}, ValueError),
+        ({"header": b"x-timeout"}, TypeError),
+    ],
+)
+def test_bad_configuration_is_refused_at_construction(
+    kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        DeadlineMiddleware(Recorder(), **kwargs)
+
+
+def test_the_app_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="ASGI application"):
+        DeadlineMiddleware("app")  # type: ignore[arg-type]
+
+
+def test_defaults() -> None:
+    app = DeadlineMiddleware(Recorder())
+    assert app.header == "X-Request-Timeout-Ms"
+    assert app.max_timeout is None
+
+
+# -- property ------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([b"x-request-timeout-ms", b"other"]), st.binary(max_size=30)),
+        max_size=4,
+    ),
+    st.none() | st.floats(0.001, 1e6),
+)
+def test_any_header_lets_the_request_through_with_a_sane_time_left(
+    headers: list[tuple[bytes, bytes]], cap: float | None
+) -> None:
+    inner = Recorder()
+    sent = asyncio.run(call(DeadlineMiddleware(inner, max_timeout=cap), headers=headers))
+    assert sent[0]["status"] == 200
+    [left] = inner.seen
+    if left is not None:
+        assert left >= 0.0
+        assert cap is None or left <= cap
+    else:
+        assert cap is None
