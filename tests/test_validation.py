@@ -210,3 +210,20 @@ def test_virtual_clock_fixture_keeps_pytest_durations_real(tmp_path: Path) -> No
     for line in durations:
         seconds = float(line.split("s", 1)[0])
         assert seconds < 60, line  # the real duration: not 3600 s, not the epoch
+
+
+def test_the_async_example_of_the_testing_guide_runs_in_a_fresh_project(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "testing.md").read_text()
+    blocks = page.split("```python\n")[1:]
+    example = next(b.split("```", 1)[0] for b in blocks if "async def test_async_retries" in b)
+    (tmp_path / "test_example.py").write_text(example)
+    # A fresh project: its own rootdir, no configuration (pytest-asyncio's strict mode).
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
