@@ -51,7 +51,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tenacity_budget import decorrelated_jitter, equal_jitter, full_jitter, nominal_delay
+from tenacity_budget.jitter import decorrelated_jitter, equal_jitter, full_jitter
+from tenacity_budget.solver import nominal_delay
 
 from ._common import command_line, write_results
 

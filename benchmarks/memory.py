@@ -40,7 +40,8 @@ from typing import Any
 
 import tenacity
 
-from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason, total_delay
+from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason
+from tenacity_budget.solver import total_delay
 
 from ._common import command_line, noop_sleep, write_results
 

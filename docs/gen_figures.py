@@ -35,7 +35,8 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from tenacity_budget import BackoffPolicy, compute_max_attempts, total_delay
+from tenacity_budget import BackoffPolicy
+from tenacity_budget.solver import compute_max_attempts, total_delay
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
