@@ -17,20 +17,10 @@ from hypothesis import strategies as st
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted
 from tenacity_budget.logs import DEFAULT_LOGGER_NAME, EXTRA_FIELDS, log_retry, retry_fields
+from tests._helpers import async_sleeper, sleeper
 
 POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
 LOGGER = logging.getLogger("tests.retries")
-
-
-def recorder(clock: FrozenDateTimeFactory) -> tuple[list[float], Callable[[float], None]]:
-    """A tenacity ``sleep=`` that advances the frozen clock instead of sleeping."""
-    sleeps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        clock.tick(seconds)
-
-    return sleeps, sleep
 
 
 def flaky(clock: FrozenDateTimeFactory, failures: int, took: float = 0.5) -> Callable[[], str]:
@@ -59,7 +49,8 @@ def test_one_line_per_retry_with_budget_figures(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER.name)
-    sleeps, sleep = recorder(frozen)
+    sleeps: list[float] = []
+    sleep = sleeper(frozen, sleeps)
     fetch = POLICY.retry(before_sleep=log_retry(LOGGER), sleep=sleep)(flaky(frozen, 2))
 
     assert fetch() == "ok"
@@ -102,7 +93,7 @@ def test_extra_fields_are_json_ready_and_always_present(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER.name)
-    _, sleep = recorder(frozen)
+    sleep = sleeper(frozen, [])
     deadline = datetime(2024, 3, 1, 13, 0, tzinfo=UTC)
     fetch = POLICY.retry(deadline=deadline, before_sleep=log_retry(LOGGER), sleep=sleep)(
         flaky(frozen, 1)
@@ -119,7 +110,7 @@ def test_retry_on_result_logs_the_result(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER.name)
-    _, sleep = recorder(frozen)
+    sleep = sleeper(frozen, [])
     answers = iter([None, {"status": "pending"}, "done"])
 
     @POLICY.retry(
@@ -143,7 +134,7 @@ def test_without_a_budget_stop_the_hook_degrades(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER.name)
-    _, sleep = recorder(frozen)
+    sleep = sleeper(frozen, [])
     fetch = tenacity.retry(
         stop=tenacity.stop_after_attempt(3),
         wait=tenacity.wait_fixed(2),
@@ -170,7 +161,7 @@ def test_plain_tenacity_with_the_budget_stop_reports_the_budget(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER.name)
-    _, sleep = recorder(frozen)
+    sleep = sleeper(frozen, [])
     fetch = tenacity.retry(
         stop=POLICY.stop(),
         wait=POLICY.wait(),
@@ -187,7 +178,7 @@ def test_default_logger_and_level(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=DEFAULT_LOGGER_NAME)
-    _, sleep = recorder(frozen)
+    sleep = sleeper(frozen, [])
     POLICY.retry(before_sleep=log_retry(), sleep=sleep)(flaky(frozen, 1))()
     (record,) = retry_records(caplog)
     assert record.name == "tenacity_budget"
@@ -199,7 +190,7 @@ def test_custom_level_and_exc_info(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER.name)
-    _, sleep = recorder(frozen)
+    sleep = sleeper(frozen, [])
     POLICY.retry(before_sleep=log_retry(LOGGER, logging.INFO, exc_info=True), sleep=sleep)(
         flaky(frozen, 1)
     )()
@@ -214,7 +205,8 @@ def test_nothing_is_logged_below_the_logger_level(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger=LOGGER.name)
-    sleeps, sleep = recorder(frozen)
+    sleeps: list[float] = []
+    sleep = sleeper(frozen, sleeps)
     POLICY.retry(before_sleep=log_retry(LOGGER, logging.WARNING), sleep=sleep)(flaky(frozen, 2))()
     assert sleeps == [1.0, 2.0]
     assert retry_records(caplog) == []
@@ -224,7 +216,8 @@ def test_exhausted_run_logs_only_the_retries_made(
     frozen: FrozenDateTimeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER.name)
-    sleeps, sleep = recorder(frozen)
+    sleeps: list[float] = []
+    sleep = sleeper(frozen, sleeps)
     fetch = POLICY.retry(before_sleep=log_retry(LOGGER), sleep=sleep)(flaky(frozen, 100))
     with pytest.raises(BudgetExhausted) as info:
         fetch()
@@ -242,11 +235,7 @@ async def test_async_runs_log_the_same_way(
     sleeps: list[float] = []
     calls = {"n": 0}
 
-    async def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        frozen.tick(seconds)
-
-    @POLICY.retry(before_sleep=log_retry(LOGGER), sleep=sleep)
+    @POLICY.retry(before_sleep=log_retry(LOGGER), sleep=async_sleeper(frozen, sleeps))
     async def fetch() -> str:
         calls["n"] += 1
         frozen.tick(0.5)
@@ -281,7 +270,8 @@ def test_fields_add_up(failures: int, took: float, base: float) -> None:
     seen: list[dict[str, Any]] = []
     with freeze_time("2024-03-01", tick=False) as clock:
         assert isinstance(clock, FrozenDateTimeFactory)
-        sleeps, sleep = recorder(clock)
+        sleeps: list[float] = []
+        sleep = sleeper(clock, sleeps)
         policy.retry(before_sleep=lambda rs: seen.append(retry_fields(rs)), sleep=sleep)(
             flaky(clock, failures, took)
         )()
