@@ -24,6 +24,27 @@ POLICY = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
 AFFORDABLE = POLICY.max_attempts()
 
 
+def exhaust_behind(
+    breaker: pybreaker.CircuitBreaker, frozen: FrozenDateTimeFactory, *, stop: bool = True
+) -> tuple[BudgetExhausted, list[float]]:
+    """Run a call that always fails behind ``breaker`` until :data:`POLICY` gives up.
+
+    Returns the error and the sleeps. With ``stop``, ``stop_when_open(breaker)`` joins the
+    budget's own stop.
+    """
+    sleeps: list[float] = []
+    options = {"stop": stop_when_open(breaker)} if stop else {}
+
+    @POLICY.retry(sleep=sleeper(frozen, sleeps), **options)
+    @guarded(breaker)
+    def fetch() -> str:
+        raise ConnectionError("down")
+
+    with pytest.raises(BudgetExhausted) as info:
+        fetch()
+    return info.value, sleeps
+
+
 def state_after(exc: BaseException | None) -> tenacity.RetryCallState:
     """A retry state whose last attempt raised ``exc`` (or returned, for ``None``)."""
     state = tenacity.RetryCallState(tenacity.Retrying(), fn=None, args=(), kwargs={})
@@ -209,16 +230,8 @@ def test_budget_reasons_win_while_the_breaker_stays_closed(
     frozen: FrozenDateTimeFactory,
 ) -> None:
     breaker = pybreaker.CircuitBreaker(fail_max=100)
-    sleeps: list[float] = []
-
-    @POLICY.retry(stop=stop_when_open(breaker), sleep=sleeper(frozen, sleeps))
-    @guarded(breaker)
-    def fetch() -> str:
-        raise ConnectionError("down")
-
-    with pytest.raises(BudgetExhausted) as info:
-        fetch()
-    assert info.value.report.reason is StopReason.COUNT
+    error, sleeps = exhaust_behind(breaker, frozen)
+    assert error.report.reason is StopReason.COUNT
     assert len(sleeps) == AFFORDABLE
     assert breaker.fail_counter == AFFORDABLE + 1
 
@@ -226,17 +239,9 @@ def test_budget_reasons_win_while_the_breaker_stays_closed(
 def test_without_the_stop_the_run_keeps_knocking(frozen: FrozenDateTimeFactory) -> None:
     """The control: with the breaker alone, the run sleeps towards refused attempts."""
     breaker = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=600)
-    sleeps: list[float] = []
-
-    @POLICY.retry(sleep=sleeper(frozen, sleeps))
-    @guarded(breaker)
-    def fetch() -> str:
-        raise ConnectionError("down")
-
-    with pytest.raises(BudgetExhausted) as info:
-        fetch()
+    error, sleeps = exhaust_behind(breaker, frozen, stop=False)
     assert len(sleeps) == AFFORDABLE
-    assert info.value.report.reason is StopReason.COUNT
+    assert error.report.reason is StopReason.COUNT
 
 
 def test_breaker_opened_elsewhere_stops_before_sleeping(frozen: FrozenDateTimeFactory) -> None:
@@ -259,18 +264,10 @@ def test_breaker_opened_elsewhere_stops_before_sleeping(frozen: FrozenDateTimeFa
 
 def test_no_new_error_on_trip_still_stops(frozen: FrozenDateTimeFactory) -> None:
     breaker = pybreaker.CircuitBreaker(fail_max=2, throw_new_error_on_trip=False)
-    sleeps: list[float] = []
-
-    @POLICY.retry(stop=stop_when_open(breaker), sleep=sleeper(frozen, sleeps))
-    @guarded(breaker)
-    def fetch() -> str:
-        raise ConnectionError("down")
-
-    with pytest.raises(BudgetExhausted) as info:
-        fetch()
+    error, sleeps = exhaust_behind(breaker, frozen)
     assert sleeps == [1.0]
-    assert isinstance(info.value.report.last_exception, ConnectionError)
-    assert info.value.report.reason is StopReason.OTHER
+    assert isinstance(error.report.last_exception, ConnectionError)
+    assert error.report.reason is StopReason.OTHER
 
 
 def test_reraise_gives_the_circuit_breaker_error(frozen: FrozenDateTimeFactory) -> None:

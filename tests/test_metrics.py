@@ -57,6 +57,20 @@ def report(reason: StopReason = StopReason.COUNT, attempts: int = 3) -> Exhausti
     )
 
 
+def feed_each_hook(observer: RetryObserver, reason: StopReason) -> None:
+    """Call every hook: ``a`` twice (a first-try success, then one after two retries), ``b``
+    once, giving up for ``reason``.
+    """
+    observer.on_call("a")
+    observer.on_call("a")
+    observer.on_call("b")
+    observer.on_retry("a", 1, 0.3)
+    observer.on_retry("a", 2, 7.0)
+    observer.on_success("a", 1)
+    observer.on_success("a", 3)
+    observer.on_exhausted("b", report(reason))
+
+
 # -- running decorated functions -----------------------------------------------------------
 
 
@@ -132,14 +146,7 @@ def test_prometheus_observer_is_a_retry_observer() -> None:
 def test_prometheus_counts_each_hook_by_function() -> None:
     registry = CollectorRegistry()
     observer = PrometheusObserver(registry)
-    observer.on_call("a")
-    observer.on_call("a")
-    observer.on_call("b")
-    observer.on_retry("a", 1, 0.3)
-    observer.on_retry("a", 2, 7.0)
-    observer.on_success("a", 1)
-    observer.on_success("a", 3)
-    observer.on_exhausted("b", report(StopReason.DEADLINE))
+    feed_each_hook(observer, StopReason.DEADLINE)
 
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(f"tenacity_budget_{name}", labels)
@@ -341,14 +348,7 @@ def test_otel_observer_is_a_retry_observer(otel: OTel) -> None:
 
 def test_otel_records_each_hook_with_attributes(otel: OTel) -> None:
     observer = OpenTelemetryObserver(otel.meter)
-    observer.on_call("a")
-    observer.on_call("a")
-    observer.on_call("b")
-    observer.on_retry("a", 1, 0.3)
-    observer.on_retry("a", 2, 7.0)
-    observer.on_success("a", 1)
-    observer.on_success("a", 3)
-    observer.on_exhausted("b", report(StopReason.WALL_CLOCK))
+    feed_each_hook(observer, StopReason.WALL_CLOCK)
 
     points = otel.points()
     assert otel_value(points, "tenacity_budget.calls", function="a") == 2
