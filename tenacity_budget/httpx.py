@@ -19,9 +19,12 @@ What a request gets:
 
 * **Retries** on ``httpx.TransportError`` (connection refused or reset, timeouts...) and
   on the ``retry_statuses`` (429, 502, 503, 504), for the idempotent ``methods`` only: a
-  ``POST`` is sent once unless you list it. A ``Retry-After`` on such a response (seconds or
-  an HTTP-date, read by :func:`tenacity_budget.http.parse_retry_after`) replaces the backoff
-  delay; the budget stop still guards it, like any ``retry_after``.
+  ``POST`` is sent once unless you list it, and so is a request whose body is an iterator
+  or a generator (its first attempt consumes it). Each request the client sends is one
+  run: a redirect the client follows is a new request with a budget of its own (all of
+  them inside an enclosing ``deadline_scope``'s deadline). A ``Retry-After`` on a retryable
+  response (seconds or an HTTP-date, read by :func:`tenacity_budget.http.parse_retry_after`)
+  replaces the backoff delay; the budget stop still guards it, like any ``retry_after``.
 * **The budget's end.** The run stops before a retry that would end after the policy's
   ``max_elapsed``, the policy's deadline or any enclosing
   :func:`~tenacity_budget.deadline_scope` (a :class:`~tenacity_budget.asgi.DeadlineMiddleware`
@@ -87,6 +90,15 @@ REPORT_EXTENSION = "tenacity_budget.report"
 """The ``response.extensions`` key of the report of a run that gave up on a status."""
 
 _PHASES = ("connect", "read", "write", "pool")
+
+# Request bodies that can be sent again. httpx keeps its multipart stream private; without
+# it, a multipart request is only sent once.
+try:
+    from httpx._multipart import MultipartStream
+
+    _REPLAYABLE: tuple[type, ...] = (httpx.ByteStream, MultipartStream)
+except ImportError:  # pragma: no cover (a future httpx)
+    _REPLAYABLE = (httpx.ByteStream,)
 
 # Transport errors that a retry cannot cure: the request itself is wrong.
 _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
@@ -156,6 +168,17 @@ class _Config:
         self.retry_statuses = _statuses(retry_statuses)
         self.methods = _methods(methods)
         self.deadline_header = _header(deadline_header)
+
+    def retries(self, request: httpx.Request) -> bool:
+        """Whether ``request`` may be sent more than once: a listed method, a replayable body.
+
+        A body given as bytes, text, JSON, form fields or files can be sent again; one given
+        as an iterator or a generator is consumed by its first attempt, so such a request
+        is sent once.
+        """
+        if request.method not in self.methods:
+            return False
+        return isinstance(request.stream, _REPLAYABLE)
 
     def retry_kwargs(self, *, retried: bool) -> dict[str, Any]:
         """The ``policy.retry()`` options of a run: retried methods, or sent once."""
@@ -309,7 +332,7 @@ class BudgetTransport(_Options, httpx.BaseTransport):
         call = _Call(request)
         response: httpx.Response | None = None
         try:
-            if request.method not in self._config.methods:
+            if not self._config.retries(request):
                 response = self._once(call, False)
             else:
                 try:
@@ -379,7 +402,7 @@ class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
         call = _Call(request)
         response: httpx.Response | None = None
         try:
-            if request.method not in self._config.methods:
+            if not self._config.retries(request):
                 response = await self._once(call, False)
             else:
                 try:

@@ -274,6 +274,32 @@ def test_the_readme_httpx_example_works_against_a_real_server() -> None:
     assert all(h is not None and 0 < h <= policy.max_elapsed * 1000 for _, h in seen)
 
 
+def test_request_bodies_are_sent_again_on_a_real_connection() -> None:
+    bodies: list[bytes] = []
+
+    async def flaky_store(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        bodies.append(body)
+        await respond(send, 503 if len(bodies) % 2 else 201)
+
+    policy = BackoffPolicy(base=0.001, cap=0.002, max_elapsed=5, jitter="none")
+    with serve(flaky_store) as url, httpx.Client(transport=BudgetTransport(policy)) as client:
+        assert client.put(f"{url}/doc", content=b"version 2").status_code == 201
+        assert client.put(f"{url}/doc", files={"scan": b"%PDF-1.7"}).status_code == 201
+        one_shot = client.put(f"{url}/doc", content=iter([b"streamed"]))
+    assert bodies[:2] == [b"version 2", b"version 2"]
+    assert bodies[2] == bodies[3]
+    assert b"%PDF-1.7" in bodies[2]
+    # A generator's body cannot be replayed: that request was sent once.
+    assert bodies[4:] == [b"streamed"]
+    assert one_shot.status_code == 503
+
+
 def test_a_real_server_that_refuses_connections_exhausts_the_budget() -> None:
     # A port nothing listens on: every attempt is a real ConnectError.
     sock = socket.socket()

@@ -154,6 +154,26 @@ def test_a_request_body_is_sent_again_on_each_attempt(virtual_clock: VirtualCloc
     assert [request.content for request in server.requests] == [b"payload", b"payload"]
 
 
+def test_a_one_shot_body_is_sent_once(virtual_clock: VirtualClock) -> None:
+    server = Server(503)
+    with sync_client(server) as client:
+        response = client.put(URL, content=iter([b"chunk-1", b"chunk-2"]))
+    assert response.status_code == 503
+    assert exhaustion_report(response) is None
+    assert len(server.requests) == 1
+
+
+async def test_async_a_one_shot_body_is_sent_once(virtual_clock: VirtualClock) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"chunk"
+
+    server = Server(503)
+    async with async_client(server) as client:
+        response = await client.put(URL, content=chunks())
+    assert response.status_code == 503
+    assert len(server.requests) == 1
+
+
 # -- Retry-After ---------------------------------------------------------------------------
 
 
