@@ -425,6 +425,7 @@ class BudgetedRetry:
         """The record and ambient frame of a call starting now (remaining() reads them)."""
         policy = self.policy
         record = RunState(policy.max_elapsed, policy.max_attempts())
+        record.repair_statistics = False  # this call's controller is its own copy
         prepare(retrying, record)
         if self.budget is not None:
             self.budget.deposit()

@@ -65,6 +65,7 @@ class RunState:
         "observed",
         "previous_wait",
         "reason",
+        "repair_statistics",
         "resolved",
         "rng",
         "slept",
@@ -100,6 +101,9 @@ class RunState:
         # wait (the decorrelated chain).
         self.rng: random.Random | None = None
         self.previous_wait = 0.0
+        # Whether the run's controller may share tenacity's statistics dict with concurrent
+        # runs (plain @retry, jd/tenacity#701); policy.retry() gives each call its own.
+        self.repair_statistics = True
 
     def __repr__(self) -> str:
         return (

@@ -52,6 +52,9 @@ DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 RetryAfter: TypeAlias = Callable[[BaseException], float | None]
 """Reads a server-dictated wait (seconds) from an exception, or ``None`` to back off."""
 
+# How many of the first nominal delays a wait keeps in a table (a few hundred bytes).
+_TABLED = 64
+
 
 class wait_budget(wait_base):
     """Wait the policy's jittered, capped exponential delay before each retry.
@@ -97,6 +100,11 @@ class wait_budget(wait_base):
         self._budget = policy.max_elapsed
         self._capped_from = policy.capped_index()
         self._affordable = policy.max_attempts()
+        # The first nominal delays, from the one formula, looked up on the per-retry path.
+        self._delays = tuple(
+            nominal_delay(i, self._base, self._factor, self._cap)
+            for i in range(min(self._capped_from, self._affordable, _TABLED))
+        )
         self._drawn = policy.jitter != "none"
         self._jitter = jitter_for(policy.jitter)
 
@@ -119,11 +127,12 @@ class wait_budget(wait_base):
                 record.previous_wait = dictated
                 return dictated
         index = retry_state.attempt_number - 1
-        delay = (
-            self._cap
-            if index >= self._capped_from
-            else nominal_delay(index, self._base, self._factor, self._cap)
-        )
+        if index < len(self._delays):
+            delay = self._delays[index]
+        elif index >= self._capped_from:
+            delay = self._cap
+        else:
+            delay = nominal_delay(index, self._base, self._factor, self._cap)
         if not self._drawn or index >= self._affordable:
             # Past the affordable retries the budget stop ends the run anyway: draw nothing,
             # so a shared generator's stream stays exactly policy.waits() run after run.
@@ -303,7 +312,8 @@ class stop_budget(stop_base):
                 self._max_elapsed,
                 until,
             )
-        _repair_tenacity_statistics(retry_state)
+        if record.repair_statistics:
+            _repair_tenacity_statistics(retry_state)
         record.reason = reason
         return reason is not None
 

@@ -96,8 +96,8 @@ def test_largest_acceptable_values_are_accepted() -> None:
     policy = BackoffPolicy(base=300, cap=300, max_elapsed=300, jitter="none")
     assert policy.max_attempts() == 1
     assert policy.waits() == [300.0]
-    # base above cap is fine: every delay is the cap.
-    assert BackoffPolicy(base=100, cap=60, max_elapsed=300, jitter="none").waits() == [60.0] * 5
+    # base equal to cap is a constant schedule (base above cap is refused: issue 9).
+    assert BackoffPolicy(base=60, cap=60, max_elapsed=300, jitter="none").waits() == [60.0] * 5
 
 
 # -- immutability, equality, serialisation ------------------------------------------------

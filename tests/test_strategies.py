@@ -125,7 +125,7 @@ def test_wait_refuses_seed_and_rng_together() -> None:
         policy_of(max_elapsed=63),
         policy_of(max_elapsed=15 * 60),
         policy_of(base=0.5, factor=3, cap=40, max_elapsed=500),
-        policy_of(base=100, cap=60, max_elapsed=300),
+        policy_of(base=60, cap=60, max_elapsed=300),
         policy_of(attempt_duration=5),
         policy_of(attempt_duration=6),
         policy_of(base=300, cap=300, max_elapsed=300),
