@@ -31,7 +31,9 @@ Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]
 Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
-ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+# Any ASGI 3 application: ``await app(scope, receive, send)``. Loose on purpose, so that
+# apps typed with plain dicts or a framework's own types are accepted as they are.
+ASGIApp: TypeAlias = Callable[..., Awaitable[None]]
 
 
 class DeadlineMiddleware:

@@ -58,7 +58,7 @@ async def call(
     return sent
 
 
-def client(app: Any, **headers: str) -> httpx.AsyncClient:
+def client(app: Any, **headers: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://service.test", headers=headers
     )

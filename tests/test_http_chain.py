@@ -229,7 +229,8 @@ def test_the_deadline_travels_client_to_a_to_b() -> None:
 
 def readme_httpx_example() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "BudgetTransport" in b]
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", text, re.S)
+    found = [block for block in blocks if "BudgetTransport" in block]
     assert len(found) == 1, "the README has one httpx example, using BudgetTransport"
     return found[0]
 

@@ -575,9 +575,9 @@ def test_the_policy_must_be_a_policy(cls: type[Any]) -> None:
 
 def test_the_wrong_kind_of_transport_is_refused() -> None:
     with pytest.raises(TypeError, match="AsyncBaseTransport"):
-        AsyncBudgetTransport(POLICY, transport=httpx.HTTPTransport())
+        AsyncBudgetTransport(POLICY, transport=httpx.HTTPTransport())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="BaseTransport"):
-        BudgetTransport(POLICY, transport=httpx.AsyncHTTPTransport())
+        BudgetTransport(POLICY, transport=httpx.AsyncHTTPTransport())  # type: ignore[arg-type]
 
 
 def test_importing_the_package_imports_no_httpx() -> None:
