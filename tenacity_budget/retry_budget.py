@@ -1,0 +1,497 @@
+"""Retry budgets: cap the retry traffic to a dependency at a share of its calls.
+
+A time budget (:class:`~tenacity_budget.BackoffPolicy`) bounds how long *one* call keeps
+retrying; nothing in it bounds retries *across* calls. When a dependency goes down, every
+caller retries it ``max_attempts()`` times and the load on the failing service multiplies
+exactly when it can least take it: a retry storm. A retry budget caps that, the way
+Finagle's ``RetryBudget``, Linkerd, Envoy and gRPC's retry throttling do::
+
+    budget = RetryBudget(ratio=0.2, min_per_second=10.0, ttl=10.0)   # the defaults
+
+    @policy.retry(budget=budget)
+    def fetch(): ...
+
+    # or with plain tenacity; the order of | matters (see below)
+    @retry(wait=policy.wait(), stop=policy.stop() | budget.stop(), before=budget.before)
+    def fetch(): ...
+
+**The rule** (Finagle's): every call *deposits* once (at its first attempt, never per
+retry) and every retry *withdraws* once; a withdrawal is granted only while, over the
+window, ::
+
+    withdrawals <= ratio * deposits + min_per_second * ttl
+
+so retries add at most ``ratio`` to the load, plus a floor of ``min_per_second`` retries per
+second that lets a quiet service retry at all. A refused withdrawal leaves the budget as it
+was, and the run it was asked for ends at once, without sleeping.
+
+**The window** is the last ``ttl`` seconds, kept as :data:`SLICES` (10) slices of exactly
+``ttl / 10`` seconds each, on the monotonic clock (:func:`time.monotonic`, so the
+:func:`~tenacity_budget.testing.virtual_clock` drives it): at any moment it holds the
+current slice and the nine before it. A deposit or withdrawal counts for between
+``0.9 * ttl`` and ``ttl`` seconds after it is made (``ttl`` exactly when it falls at the start
+of its slice) and never longer: nothing older than ``ttl`` counts. If the clock ever reads
+earlier than before (only a test clock does), the budget takes it as no time passing.
+
+**Exact counting.** The parameters are read as the decimals they are written as
+(``0.2`` is one fifth, not the binary float nearest to it) and every figure is an integer
+count in units of the common denominator, so ``RetryBudget(ratio=0.2, min_per_second=0)``
+grants exactly 20 retries for 100 deposits and refuses the 21st, and
+``RetryBudget(ratio=0, min_per_second=10, ttl=10)`` grants exactly 100 with no deposit at
+all; no float rounding can hand out or withhold a retry.
+
+**Composition order.** tenacity evaluates ``a | b`` left to right and stops at the first
+stop that says so, so in ``policy.stop() | budget.stop()`` the budget is only asked, and
+only spends a retry, when the policy would let the retry happen. Written the other way
+round, ``budget.stop() | policy.stop()`` withdraws for retries the policy then refuses, and
+those retries are lost to every other caller for ``ttl`` seconds. With ``&`` the budget
+would be asked for every retry and its refusal could be overruled: do not use it.
+
+One budget per dependency, shared by every function that calls it; thread- and
+task-safe (one lock, never held across an ``await``). For a budget shared by a whole fleet
+of processes, see :class:`tenacity_budget.redis.RedisRetryBudget`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+
+from tenacity import RetryCallState
+from tenacity.stop import stop_base
+
+from .exhaustion import StopReason
+from .state import stopped_by
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+__all__ = [
+    "SLICES",
+    "BudgetObserver",
+    "BudgetTerms",
+    "Number",
+    "RetryBudget",
+    "async_stop_retry_budget",
+    "budget_terms",
+    "stop_retry_budget",
+]
+
+Number: TypeAlias = float | Fraction | Decimal
+"""What a budget parameter may be: an int, a float (read as the decimal it prints as), a
+``Fraction`` or a ``Decimal``."""
+
+SLICES = 10
+"""Slices the ``ttl`` window is made of: an event counts for ``0.9 * ttl`` to ``ttl`` seconds."""
+
+
+@runtime_checkable
+class BudgetObserver(Protocol):
+    """What a retry budget tells as it decides (metrics); pass it as ``observers=``.
+
+    :class:`~tenacity_budget.prometheus.PrometheusObserver` and
+    :class:`~tenacity_budget.otel.OpenTelemetryObserver` implement it; so can any object
+    with these two methods. They are called from the thread (or task) asking for the
+    retry, after the decision, and must be cheap and thread-safe. Deposits are not
+    reported: they are one per call, and the call's own metrics count them.
+    """
+
+    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
+        """Budget ``name`` granted (``True``) or refused a retry.
+
+        ``balance`` is what the budget would still grant right after this decision, or
+        ``None`` when it is not known (a Redis budget deciding ``on_error="allow"`` or
+        ``"deny"`` while Redis is unreachable).
+        """
+
+    def on_budget_fallback(self, name: str, error: BaseException) -> None:
+        """Budget ``name`` made a decision without its shared store (Redis) because of ``error``.
+
+        Called once per decision made on the fallback, right before
+        :meth:`on_budget_decision` reports it.
+        """
+
+
+def observers_of(
+    observers: BudgetObserver | Iterable[BudgetObserver] | None,
+) -> tuple[BudgetObserver, ...]:
+    """``observers`` as a tuple, each checked to be a :class:`BudgetObserver`."""
+    if observers is None:
+        return ()
+    items = (observers,) if isinstance(observers, BudgetObserver) else tuple(observers)
+    for item in items:
+        if not isinstance(item, BudgetObserver):
+            raise TypeError(
+                "observers must be BudgetObservers (on_budget_decision, on_budget_fallback), "
+                f"or a sequence of them; got {type(item).__name__}"
+            )
+    return items
+
+
+# -- the arithmetic --------------------------------------------------------------------------
+
+
+def _exact(value: object, what: str) -> Fraction:
+    """``value`` as an exact fraction: a float is read as the decimal it prints as."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | Decimal):
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"{what} must be finite, got {value!r}")
+        exact = Fraction(value)
+    elif isinstance(value, numbers.Rational):
+        exact = Fraction(int(value.numerator), int(value.denominator))
+    else:
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"{what} must be finite, got {number!r}")
+        # repr() is the shortest decimal that reads back as this float: 0.2 -> "0.2",
+        # one fifth, where Fraction(0.2) would be 3602879701896397/18014398509481984.
+        exact = Fraction(repr(number))
+    if exact < 0:
+        raise ValueError(f"{what} must be >= 0, got {value!r}")
+    return exact
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetTerms:
+    """A budget's parameters as exact integers: the one place its rule is computed.
+
+    Amounts are counted in *units* of ``1 / cost`` retries, so that every figure is an
+    integer: a deposit adds ``deposit_units``, a withdrawal costs ``cost``, and the floor
+    is ``reserve_units``.
+
+    Attributes:
+        ratio, min_per_second, ttl: the parameters, exactly (as read by :func:`budget_terms`).
+        deposit_units: ``ratio * cost``.
+        cost: units one retry costs (the common denominator of ``ratio`` and the floor).
+        reserve_units: ``min_per_second * ttl * cost``, the floor.
+    """
+
+    ratio: Fraction
+    min_per_second: Fraction
+    ttl: Fraction
+    deposit_units: int
+    cost: int
+    reserve_units: int
+
+    def affordable(self, deposits: int, withdrawals: int) -> int:
+        """Withdrawals a window holding these counts would still grant (never negative)."""
+        free = self.reserve_units + self.deposit_units * deposits - self.cost * withdrawals
+        return free // self.cost if free > 0 else 0
+
+    def slice_of(self, seconds: float) -> int:
+        """The index of the slice of the monotonic instant ``seconds``.
+
+        Read to the microsecond (the resolution the virtual clock keeps exactly), then
+        divided exactly by ``ttl / SLICES``.
+        """
+        micros = round(seconds * 1_000_000)
+        ttl = self.ttl
+        return (micros * SLICES * ttl.denominator) // (ttl.numerator * 1_000_000)
+
+
+def budget_terms(ratio: object, min_per_second: object, ttl: object) -> BudgetTerms:
+    """Validate a budget's parameters and turn them into exact integer :class:`BudgetTerms`.
+
+    Raises:
+        TypeError: for a parameter that is not a number (a bool is not one).
+        ValueError: for a negative or non-finite parameter, or a ``ttl`` of zero.
+    """
+    exact_ratio = _exact(ratio, "ratio")
+    exact_min = _exact(min_per_second, "min_per_second")
+    exact_ttl = _exact(ttl, "ttl")
+    if exact_ttl == 0:
+        raise ValueError("ttl must be > 0 seconds: a window of no time would count nothing")
+    reserve = exact_min * exact_ttl
+    cost = math.lcm(exact_ratio.denominator, reserve.denominator)
+    return BudgetTerms(
+        ratio=exact_ratio,
+        min_per_second=exact_min,
+        ttl=exact_ttl,
+        deposit_units=int(exact_ratio * cost),
+        cost=cost,
+        reserve_units=int(reserve * cost),
+    )
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("name must not be empty: it labels the budget's metrics and keys")
+    return name
+
+
+# -- the in-process budget ---------------------------------------------------------------------
+
+
+class RetryBudget:
+    """A retry budget for one dependency, in one process (see the module for the rule).
+
+    Args:
+        ratio: retries allowed per call deposited (``0.2``: retries add at most 20%).
+        min_per_second: retries allowed per second whatever the traffic, so that a
+            dependency called rarely can still be retried (``10``: 100 per 10 s window).
+        ttl: the window, in seconds: deposits and withdrawals older than this never count.
+        name: the label of the budget's metrics.
+        observers: a :class:`BudgetObserver` or a sequence of them, told of every decision.
+
+    Raises:
+        TypeError: for a parameter that is not a number, or an observer that is not one.
+        ValueError: for a negative or non-finite parameter, a zero ``ttl`` or an empty
+            ``name``.
+
+    Example:
+        >>> budget = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)
+        >>> for _ in range(100):
+        ...     budget.deposit()
+        >>> budget.balance
+        20
+    """
+
+    is_async = False
+    """Whether :meth:`try_withdraw` must be awaited (never, for this budget)."""
+
+    __slots__ = (
+        "_current",
+        "_deposit_slots",
+        "_deposits",
+        "_lock",
+        "_shift",
+        "_terms",
+        "_withdrawal_slots",
+        "_withdrawals",
+        "name",
+        "observers",
+    )
+
+    def __init__(
+        self,
+        ratio: Number = 0.2,
+        min_per_second: Number = 10.0,
+        ttl: Number = 10.0,
+        *,
+        name: str = "default",
+        observers: BudgetObserver | Iterable[BudgetObserver] | None = (),
+    ) -> None:
+        self._terms = budget_terms(ratio, min_per_second, ttl)
+        self.name = _check_name(name)
+        self.observers = observers_of(observers)
+        self._lock = threading.Lock()
+        # A ring of SLICES slots; slot s % SLICES holds slice s, for the SLICES latest ones.
+        self._deposit_slots = [0] * SLICES
+        self._withdrawal_slots = [0] * SLICES
+        self._deposits = 0  # totals over the window
+        self._withdrawals = 0
+        self._current: int | None = None  # the latest slice seen
+        self._shift = 0  # added to every slice index: a clock read earlier stands still
+
+    def __repr__(self) -> str:
+        t = self._terms
+        return (
+            f"RetryBudget(ratio={_show(t.ratio)}, min_per_second={_show(t.min_per_second)}, "
+            f"ttl={_show(t.ttl)}, name={self.name!r})"
+        )
+
+    # -- parameters -------------------------------------------------------------------------
+
+    @property
+    def terms(self) -> BudgetTerms:
+        """The budget's parameters, exactly."""
+        return self._terms
+
+    @property
+    def ratio(self) -> float:
+        """Retries allowed per call deposited."""
+        return float(self._terms.ratio)
+
+    @property
+    def min_per_second(self) -> float:
+        """Retries allowed per second whatever the traffic."""
+        return float(self._terms.min_per_second)
+
+    @property
+    def ttl(self) -> float:
+        """The window, in seconds."""
+        return float(self._terms.ttl)
+
+    # -- the window -------------------------------------------------------------------------
+
+    def _roll(self) -> int:
+        """Bring the window to now (under the lock); return the current slice's slot."""
+        now = self._terms.slice_of(time.monotonic()) + self._shift
+        current = self._current
+        if current is None:
+            self._current = now
+        elif now > current:
+            deposits, withdrawals = self._deposit_slots, self._withdrawal_slots
+            if now - current >= SLICES:
+                deposits[:] = [0] * SLICES
+                withdrawals[:] = [0] * SLICES
+                self._deposits = self._withdrawals = 0
+            else:
+                # Slices current+1 .. now take the slots of slices SLICES earlier: expired.
+                for index in range(current + 1, now + 1):
+                    slot = index % SLICES
+                    self._deposits -= deposits[slot]
+                    self._withdrawals -= withdrawals[slot]
+                    deposits[slot] = withdrawals[slot] = 0
+            self._current = now
+        elif now < current:
+            self._shift += current - now
+            now = current
+        return now % SLICES
+
+    # -- the interface ----------------------------------------------------------------------
+
+    def deposit(self) -> None:
+        """Record one call (call it once per run, at its first attempt; never per retry)."""
+        with self._lock:
+            slot = self._roll()
+            self._deposit_slots[slot] += 1
+            self._deposits += 1
+
+    def try_withdraw(self) -> bool:
+        """Take one retry if the window affords it (``True``); else change nothing (``False``)."""
+        terms = self._terms
+        with self._lock:
+            slot = self._roll()
+            withdrawals = self._withdrawals + 1
+            granted = (
+                terms.reserve_units + terms.deposit_units * self._deposits
+                >= terms.cost * withdrawals
+            )
+            if granted:
+                self._withdrawal_slots[slot] += 1
+                self._withdrawals = withdrawals
+            balance = terms.affordable(self._deposits, self._withdrawals)
+        for observer in self.observers:
+            observer.on_budget_decision(self.name, granted, balance)
+        return granted
+
+    @property
+    def balance(self) -> int:
+        """Retries :meth:`try_withdraw` would grant now (``0`` when it would refuse)."""
+        with self._lock:
+            self._roll()
+            return self._terms.affordable(self._deposits, self._withdrawals)
+
+    def _record_withdrawal(self) -> None:
+        # A retry decided elsewhere, affordable here or not; no observer is told. The Redis
+        # budget records here every retry Redis granted, so that its local fallback starts
+        # from this process's real retry traffic.
+        with self._lock:
+            slot = self._roll()
+            self._withdrawal_slots[slot] += 1
+            self._withdrawals += 1
+
+    def _reset_lock(self) -> None:
+        # For a child process forked while another thread may have held the lock.
+        self._lock = threading.Lock()
+
+    def stop(self) -> stop_retry_budget:
+        """A tenacity stop that withdraws one retry each time it is asked (see the class)."""
+        return stop_retry_budget(self)
+
+    def before(self, retry_state: RetryCallState) -> None:
+        """A tenacity ``before=`` hook: :meth:`deposit` at the run's first attempt."""
+        if retry_state.attempt_number == 1:
+            self.deposit()
+
+
+def _show(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else repr(float(value))
+
+
+# -- the tenacity stops -------------------------------------------------------------------------
+
+
+class _SyncBudget(Protocol):
+    name: str
+
+    def try_withdraw(self) -> bool: ...
+
+
+class _AsyncBudget(Protocol):
+    name: str
+
+    def try_withdraw(self) -> Awaitable[bool]: ...
+
+
+class stop_retry_budget(stop_base):
+    """A tenacity stop drawing every retry from a retry budget: stop when it refuses.
+
+    Build it with :meth:`RetryBudget.stop` (or ``RedisRetryBudget.stop()`` on a sync
+    client). Each time tenacity asks it, before a retry, it withdraws one retry
+    (:meth:`RetryBudget.try_withdraw`); when the budget refuses, it stops the run at once
+    and records :attr:`~tenacity_budget.StopReason.RETRY_BUDGET` as the run's reason, so a
+    ``policy.retry()`` run raises :class:`~tenacity_budget.BudgetExhausted` with
+    ``report.reason == "retry_budget"`` (with plain tenacity, pass
+    ``retry_error_cls=BudgetExhausted``). Put it on the right of ``|``:
+    ``policy.stop() | budget.stop()``, so that it is only asked when the policy's stop lets
+    the retry happen. Stateless per run: one instance serves any number of runs.
+    """
+
+    def __init__(self, budget: _SyncBudget) -> None:
+        self.budget = budget
+
+    def __repr__(self) -> str:
+        return f"<stop_retry_budget {self.budget.name!r}>"
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        if self.budget.try_withdraw():
+            return False
+        stopped_by(retry_state, StopReason.RETRY_BUDGET)
+        return True
+
+
+class async_stop_retry_budget:
+    """The stop of an asyncio retry budget: its ``__call__`` is a coroutine function.
+
+    ``AsyncRetrying`` awaits a top-level async stop, so it works as the whole ``stop=`` of
+    an ``AsyncRetrying``; tenacity's ``|`` and ``&`` call stops synchronously and would get
+    an un-awaited coroutine, so this stop refuses to be composed with them (``TypeError``).
+    To combine it with a policy's stop, use ``policy.retry(budget=...)``, which asks the
+    policy's stop first and awaits the budget only when the policy lets the retry happen.
+    The same reason is recorded as by :class:`stop_retry_budget`.
+    """
+
+    def __init__(self, budget: _AsyncBudget) -> None:
+        self.budget = budget
+
+    def __repr__(self) -> str:
+        return f"<async_stop_retry_budget {self.budget.name!r}>"
+
+    async def __call__(self, retry_state: RetryCallState) -> bool:
+        if await self.budget.try_withdraw():
+            return False
+        stopped_by(retry_state, StopReason.RETRY_BUDGET)
+        return True
+
+    def __or__(self, other: object) -> Any:
+        raise _no_composition()
+
+    def __ror__(self, other: object) -> Any:
+        raise _no_composition()
+
+    def __and__(self, other: object) -> Any:
+        raise _no_composition()
+
+    def __rand__(self, other: object) -> Any:
+        raise _no_composition()
+
+
+def _no_composition() -> TypeError:
+    return TypeError(
+        "an asyncio retry budget's stop cannot be composed with | or &: tenacity calls "
+        "composed stops synchronously, and this one must be awaited. Use "
+        "policy.retry(budget=...), which composes it for you"
+    )

@@ -1,0 +1,181 @@
+"""A real, throwaway ``redis-server`` for the tests: on a free loopback port, no persistence.
+
+:class:`RedisServer` starts the binary that ``.ci/redis.sh`` installs, waits for its
+"Ready to accept connections" line (reading its output, never polling with sleeps), and
+can be stopped and started again on the same port (the fault tests do). A test module
+gets the fixtures by naming this module as a plugin (an import would shadow them)::
+
+    pytest_plugins = ["tests._redis"]
+
+* ``redis_server`` (session): one server shared by a test session; each test should use
+  its own key names (``unique_name``) or flush what it needs.
+* ``own_redis_server`` (function): a server of the test's own, for tests that stop it.
+
+Tests that need one skip with a reason where no ``redis-server`` binary exists.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+__all__ = ["REDIS_SERVER", "RedisServer", "own_redis_server", "redis_server", "unique_name"]
+
+REDIS_SERVER = shutil.which("redis-server")
+NO_REDIS = (
+    "no redis-server binary on PATH: these tests need a real Redis "
+    "(run .ci/redis.sh, i.e. apt-get install redis-server)"
+)
+READY = "Ready to accept connections"
+WAIT = 60.0  # upper bound on waiting for the server; never reached when things work
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (loopback)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def unique_name(prefix: str = "test") -> str:
+    """A budget or key name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class _Output:
+    """Drains the server's output in a thread; lets the caller wait for the ready line."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.ended = threading.Event()
+        self.stream = stream
+        self.thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """Once the process has exited: wait for the output's end and close the pipe."""
+        self.thread.join(WAIT)
+        self.stream.close()
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            line = raw.decode("utf-8", "replace")
+            self.lines.append(line)
+            if READY in line:
+                self.ready.set()
+        self.ended.set()
+        self.ready.set()  # wake the waiter: the server is gone
+
+
+class RedisServer:
+    """One ``redis-server`` process on ``127.0.0.1:port``; :meth:`stop` and :meth:`start` again.
+
+    Attributes:
+        port: the TCP port, the same across restarts.
+        url: ``redis://127.0.0.1:<port>/0``.
+    """
+
+    def __init__(self, port: int | None = None) -> None:
+        if REDIS_SERVER is None:
+            pytest.skip(NO_REDIS)
+        self.binary = REDIS_SERVER
+        self.port = free_port() if port is None else port
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._dir = tempfile.TemporaryDirectory(prefix="tb-redis-")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._output: _Output | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> RedisServer:
+        """Start the server (on the same port as before) and wait until it accepts connections."""
+        if self.running:
+            return self
+        proc = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._dir.name,
+                "--loglevel",
+                "notice",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        assert proc.stdout is not None
+        output = _Output(proc.stdout)
+        output.ready.wait(WAIT)
+        if output.ended.is_set() or not output.ready.is_set():
+            proc.kill()
+            proc.wait(timeout=30)
+            output.close()
+            tail = "".join(output.lines[-30:])
+            pytest.fail(f"redis-server on port {self.port} did not start:\n{tail}")
+        self._proc, self._output = proc, output
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL if it lingers) and wait for it to exit."""
+        proc, self._proc = self._proc, None
+        output, self._output = self._output, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+        if output is not None:
+            output.close()
+
+    def close(self) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server shared by the session (started once, stopped at the end)."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def own_redis_server() -> Iterator[RedisServer]:
+    """A redis-server of this test's own: stop it and start it again as the test needs."""
+    with RedisServer() as server:
+        yield server
+
+
+def server_dir(server: RedisServer) -> Path:
+    """The server's working directory (empty: nothing is persisted)."""
+    return Path(server._dir.name)

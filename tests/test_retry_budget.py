@@ -1,0 +1,609 @@
+"""Tests for tenacity_budget.retry_budget: the in-process retry budget and its tenacity stop.
+
+Time is the virtual clock's (``virtual_clock``): windows expire by moving it, never by
+sleeping. The rule is checked exactly on the issue's figures, against a plain reference
+model (every event kept, counted by its slice) with Hypothesis, and under 16 threads and
+16 asyncio tasks with exact totals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import pytest
+import tenacity
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tenacity import retry, retry_if_exception_type
+
+import tenacity_budget
+from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason
+from tenacity_budget.retry_budget import (
+    SLICES,
+    BudgetObserver,
+    RetryBudget,
+    async_stop_retry_budget,
+    budget_terms,
+    stop_retry_budget,
+)
+from tenacity_budget.testing import VirtualClock, virtual_clock
+
+# Instant failures, 1-2-4 s waits: affords 5 retries within 30 s.
+POLICY = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=30, jitter="none")
+
+
+class Clock:
+    """A hand-moved ``time.monotonic`` (cheaper than the virtual clock, for Hypothesis)."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@contextmanager
+def hand_clock() -> Iterator[Clock]:
+    clock = Clock()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "monotonic", clock.monotonic)
+        yield clock
+
+
+def deposits(budget: RetryBudget, n: int) -> None:
+    for _ in range(n):
+        budget.deposit()
+
+
+def grants(budget: RetryBudget, attempts: int) -> int:
+    return sum(budget.try_withdraw() for _ in range(attempts))
+
+
+@dataclass
+class Recorder:
+    """A BudgetObserver keeping every call it gets."""
+
+    decisions: list[tuple[str, bool, int | None]] = field(default_factory=list)
+    fallbacks: list[tuple[str, BaseException]] = field(default_factory=list)
+
+    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
+        self.decisions.append((name, granted, balance))
+
+    def on_budget_fallback(self, name: str, error: BaseException) -> None:
+        self.fallbacks.append((name, error))
+
+
+# -- the interface -------------------------------------------------------------------------
+
+
+def test_defaults_and_signature_are_the_issues() -> None:
+    params = inspect.signature(RetryBudget).parameters
+    assert [(p.name, p.default) for p in list(params.values())[:3]] == [
+        ("ratio", 0.2),
+        ("min_per_second", 10.0),
+        ("ttl", 10.0),
+    ]
+    assert all(p.kind is p.KEYWORD_ONLY for p in list(params.values())[3:])
+    budget = RetryBudget()
+    assert (budget.ratio, budget.min_per_second, budget.ttl) == (0.2, 10.0, 10.0)
+    assert budget.name == "default"
+    assert budget.is_async is False
+    assert tenacity_budget.RetryBudget is RetryBudget
+    assert isinstance(budget.stop(), tenacity.stop.stop_base)
+    assert repr(budget) == "RetryBudget(ratio=0.2, min_per_second=10, ttl=10, name='default')"
+
+
+def test_importing_the_package_does_not_import_redis() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, tenacity_budget; print('redis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# -- the issue's exact figures -------------------------------------------------------------
+
+
+def test_100_deposits_grant_exactly_20_then_10_more_grant_2(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)
+    deposits(budget, 100)
+    assert budget.balance == 20
+    assert grants(budget, 20) == 20
+    assert budget.try_withdraw() is False  # the 21st
+    assert budget.balance == 0
+    deposits(budget, 10)
+    assert budget.balance == 2
+    assert grants(budget, 5) == 2
+
+
+def test_the_floor_alone_grants_exactly_min_per_second_times_ttl(
+    virtual_clock: VirtualClock,
+) -> None:
+    budget = RetryBudget(min_per_second=10, ttl=10, ratio=0)
+    assert budget.balance == 100
+    assert grants(budget, 250) == 100
+
+
+def test_defaults_grant_the_floor_plus_a_fifth_of_the_calls(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget()
+    deposits(budget, 1000)
+    assert grants(budget, 1000) == 100 + 200
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ratio=st.decimals(min_value=0, max_value=3, places=3),
+    floor=st.decimals(min_value=0, max_value=50, places=2),
+    ttl=st.sampled_from(["0.3", "1", "2.5", "10", "60"]),
+    calls=st.integers(0, 400),
+)
+def test_counts_are_exact_for_decimal_parameters(
+    ratio: Decimal, floor: Decimal, ttl: str, calls: int
+) -> None:
+    # The parameters as a user writes them (floats), the expectation in exact decimals:
+    # float rounding would, e.g., make 0.29 * 100 = 28.999999999999996 retries.
+    budget = RetryBudget(ratio=float(ratio), min_per_second=float(floor), ttl=float(ttl))
+    expected = math.floor(ratio * calls + floor * Decimal(ttl))
+    with hand_clock():
+        deposits(budget, calls)
+        assert budget.balance == expected
+        assert grants(budget, expected + 3) == expected
+
+
+def test_exact_parameter_types_are_accepted() -> None:
+    assert RetryBudget(Fraction(1, 3), Decimal("0.5"), 4).terms.ratio == Fraction(1, 3)
+    budget = RetryBudget(ratio=Fraction(1, 3), min_per_second=0)
+    with virtual_clock():
+        deposits(budget, 10)
+        assert budget.balance == 3
+
+
+# -- validation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"ratio": -0.1}, ValueError, "ratio must be >= 0"),
+        ({"min_per_second": -1}, ValueError, "min_per_second must be >= 0"),
+        ({"ttl": -10}, ValueError, "ttl must be >= 0"),
+        ({"ttl": 0}, ValueError, "ttl must be > 0"),
+        ({"ttl": 0.0}, ValueError, "ttl must be > 0"),
+        ({"ratio": math.nan}, ValueError, "ratio must be finite"),
+        ({"ratio": math.inf}, ValueError, "ratio must be finite"),
+        ({"min_per_second": math.inf}, ValueError, "min_per_second must be finite"),
+        ({"ttl": math.inf}, ValueError, "ttl must be finite"),
+        ({"ttl": Decimal("NaN")}, ValueError, "ttl must be finite"),
+        ({"ratio": True}, TypeError, "ratio must be a number, got bool"),
+        ({"ttl": "10"}, TypeError, "ttl must be a number, got str"),
+        ({"min_per_second": None}, TypeError, "min_per_second must be a number"),
+        ({"name": ""}, ValueError, "name must not be empty"),
+        ({"name": 3}, TypeError, "name must be a str"),
+        ({"observers": [object()]}, TypeError, "observers must be BudgetObservers"),
+    ],
+)
+def test_bad_parameters_are_refused_at_construction(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        RetryBudget(**kwargs)
+
+
+def test_huge_and_tiny_parameters_count_exactly(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=1e300, min_per_second=0, ttl=1e-9)
+    budget.deposit()
+    assert budget.balance == int(Fraction("1e300"))
+    assert budget.try_withdraw() is True
+    big = RetryBudget(ratio=0, min_per_second=1e200, ttl=1e100)
+    assert big.balance == 10**300
+
+
+# -- the window ----------------------------------------------------------------------------
+
+
+def test_a_window_expires_after_ttl_on_the_virtual_clock(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)
+    deposits(budget, 100)
+    assert grants(budget, 30) == 20
+    virtual_clock.advance(10)
+    assert budget.balance == 0  # the deposits left with the withdrawals
+    deposits(budget, 100)
+    assert grants(budget, 30) == 20
+
+
+def test_withdrawals_expire_too_so_the_floor_comes_back(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0, min_per_second=1, ttl=10)
+    assert grants(budget, 20) == 10
+    virtual_clock.advance(9.999)
+    assert budget.try_withdraw() is False
+    virtual_clock.advance(0.001)
+    assert grants(budget, 20) == 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ttl=st.sampled_from([0.5, 1.0, 3.0, 10.0, 7.3]),
+    offset=st.integers(0, 10**7),
+    age=st.integers(0, 2 * 10**7),
+)
+def test_an_event_counts_for_between_nine_tenths_of_ttl_and_ttl(
+    ttl: float, offset: int, age: int
+) -> None:
+    # age and offset in microseconds: the virtual clock's resolution.
+    budget = RetryBudget(ratio=1, min_per_second=0, ttl=ttl)
+    with hand_clock() as clock:
+        clock.advance(offset / 1e6)
+        budget.deposit()
+        clock.advance(age / 1e6)
+        counted = budget.balance == 1
+    ttl_us = round(ttl * 1e6)
+    if age >= ttl_us:
+        assert not counted  # nothing older than ttl counts
+    if age < ttl_us * (SLICES - 1) // SLICES:
+        assert counted  # everything younger than 0.9 ttl does
+
+
+class Model:
+    """The rule, stated plainly: keep every event; count those in the 10 latest slices."""
+
+    def __init__(self, ratio: Fraction, floor: Fraction, ttl: Fraction) -> None:
+        self.ratio, self.floor, self.ttl = ratio, floor, ttl
+        self.events: list[tuple[int, str]] = []  # (slice, kind)
+        self.latest = -(10**30)
+
+    def _slice(self, micros: int) -> int:
+        return math.floor(Fraction(micros, 10**6) / (self.ttl / SLICES))
+
+    def window(self, now: int) -> tuple[int, int]:
+        self.latest = max(self.latest, self._slice(now))
+        counted = [kind for s, kind in self.events if s > self.latest - SLICES]
+        return counted.count("d"), counted.count("w")
+
+    def affordable(self, now: int) -> int:
+        d, w = self.window(now)
+        return max(0, math.floor(self.floor * self.ttl + self.ratio * d - w))
+
+    def deposit(self, now: int) -> None:
+        self.events.append((self._slice(now), "d"))
+
+    def try_withdraw(self, now: int) -> bool:
+        if self.affordable(now) >= 1:
+            self.events.append((self._slice(now), "w"))
+            return True
+        return False
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("deposit"), st.integers(1, 30)),
+        st.tuples(st.just("withdraw"), st.integers(1, 30)),
+        st.tuples(st.just("advance"), st.integers(0, 4_000_000)),  # microseconds
+        st.tuples(st.just("balance"), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ratio=st.sampled_from(["0", "0.1", "0.2", "0.25", "0.33", "1", "1.5"]),
+    floor=st.sampled_from(["0", "0.3", "1", "2"]),
+    ttl=st.sampled_from(["1", "2.5", "10"]),
+    ops=operations,
+)
+def test_the_budget_matches_the_plain_model(
+    ratio: str, floor: str, ttl: str, ops: list[tuple[str, int]]
+) -> None:
+    budget = RetryBudget(ratio=float(ratio), min_per_second=float(floor), ttl=float(ttl))
+    model = Model(Fraction(ratio), Fraction(floor), Fraction(ttl))
+    with hand_clock() as clock:
+        now = round(clock.monotonic() * 1e6)
+        for op, n in ops:
+            if op == "advance":
+                clock.advance(n / 1e6)
+                now += n
+            elif op == "deposit":
+                for _ in range(n):
+                    budget.deposit()
+                    model.deposit(now)
+            elif op == "withdraw":
+                for _ in range(n):
+                    assert budget.try_withdraw() == model.try_withdraw(now)
+            assert budget.balance == model.affordable(now)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=operations, refused=st.integers(1, 20))
+def test_a_refusal_leaves_the_budget_untouched(ops: list[tuple[str, int]], refused: int) -> None:
+    # Two budgets see the same operations; one is also asked, and refused, `refused` times
+    # whenever it is empty. They must stay indistinguishable.
+    plain = RetryBudget(ratio=0.2, min_per_second=0.5, ttl=5)
+    asked = RetryBudget(ratio=0.2, min_per_second=0.5, ttl=5)
+    with hand_clock() as clock:
+        for op, n in ops:
+            if op == "advance":
+                clock.advance(n / 1e6)
+            elif op == "deposit":
+                for _ in range(n):
+                    plain.deposit()
+                    asked.deposit()
+            elif op == "withdraw":
+                for _ in range(n):
+                    assert plain.try_withdraw() == asked.try_withdraw()
+            if asked.balance == 0:
+                assert not any(asked.try_withdraw() for _ in range(refused))
+            assert plain.balance == asked.balance
+
+
+def test_a_clock_read_earlier_than_before_counts_as_no_time() -> None:
+    from freezegun import freeze_time
+
+    budget = RetryBudget(ratio=0, min_per_second=1, ttl=10)
+    with freeze_time("2024-03-01 12:00:00") as clock:
+        assert grants(budget, 20) == 10
+        clock.move_to("2024-03-01 11:00:00")  # an hour back: stands still
+        assert budget.try_withdraw() is False
+        clock.move_to("2024-03-01 11:00:09")
+        assert budget.try_withdraw() is False
+        clock.move_to("2024-03-01 11:00:10")
+        assert grants(budget, 20) == 10
+
+
+# -- concurrency ---------------------------------------------------------------------------
+
+
+def test_16_threads_never_get_more_than_the_budget(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0.2, min_per_second=1, ttl=10)
+    granted = [0] * 16
+    start = threading.Barrier(16)
+
+    def work(i: int) -> None:
+        start.wait()
+        for _ in range(200):
+            budget.deposit()
+            granted[i] += budget.try_withdraw() + budget.try_withdraw()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # 3,200 calls: 640 + 10 retries in all. Each grant was affordable when made, and what
+    # was not granted is still there: granted + balance is exactly the total.
+    assert sum(granted) <= 650
+    assert sum(granted) + budget.balance == 650
+
+
+def test_16_threads_share_the_floor_exactly(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0, min_per_second=10, ttl=10)
+    granted = [0] * 16
+    start = threading.Barrier(16)
+
+    def work(i: int) -> None:
+        start.wait()
+        for _ in range(50):
+            budget.deposit()
+            granted[i] += budget.try_withdraw()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(granted) == 100
+
+
+async def test_16_tasks_never_get_more_than_the_budget(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0.2, min_per_second=1, ttl=10)
+
+    async def work() -> int:
+        got = 0
+        for _ in range(200):
+            budget.deposit()
+            await asyncio.sleep(0)
+            got += budget.try_withdraw()
+            await asyncio.sleep(0)
+            got += budget.try_withdraw()
+        return got
+
+    results = await asyncio.gather(*(work() for _ in range(16)))
+    assert sum(results) + budget.balance == 650
+    assert sum(results) <= 650
+
+
+# -- the tenacity stop and before hook -------------------------------------------------------
+
+
+def budgeted(budget: RetryBudget, fails: int, policy: BackoffPolicy = POLICY) -> Any:
+    """A function failing ``fails`` times, retried by plain tenacity with the budget."""
+    calls = {"n": 0}
+
+    @retry(
+        wait=policy.wait(),
+        stop=policy.stop() | budget.stop(),
+        before=budget.before,
+        retry=retry_if_exception_type(ConnectionError),
+        retry_error_cls=BudgetExhausted,
+    )
+    def call() -> int:
+        calls["n"] += 1
+        if calls["n"] <= fails:
+            raise ConnectionError("down")
+        return calls["n"]
+
+    call.calls = calls  # type: ignore[attr-defined]
+    return call
+
+
+def test_a_refused_retry_ends_the_run_at_once_with_reason_retry_budget(
+    virtual_clock: VirtualClock,
+) -> None:
+    budget = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)
+    fn = budgeted(budget, fails=100)
+    with pytest.raises(BudgetExhausted) as info:
+        fn()
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+    assert info.value.report.reason.value == "retry_budget"
+    assert info.value.report.attempts == 1
+    assert virtual_clock.sleeps == []  # a refusal never sleeps
+    assert fn.calls["n"] == 1
+
+
+def test_retries_are_drawn_until_the_budget_refuses(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0, min_per_second=0.2, ttl=10)  # 2 retries in the window
+    fn = budgeted(budget, fails=100)
+    with pytest.raises(BudgetExhausted) as info:
+        fn()
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+    assert info.value.report.attempts == 3
+    assert virtual_clock.sleeps == [1.0, 2.0]
+
+
+def test_the_budget_is_only_asked_when_the_policy_allows_the_retry(
+    virtual_clock: VirtualClock,
+) -> None:
+    budget = RetryBudget(ratio=0, min_per_second=10, ttl=100)  # plenty
+    fn = budgeted(budget, fails=100)
+    with pytest.raises(BudgetExhausted) as info:
+        fn()
+    assert info.value.report.reason is StopReason.COUNT
+    # 5 retries made: 5 withdrawals; the 6th retry was refused by the policy, not drawn.
+    assert info.value.report.attempts == POLICY.max_attempts() + 1
+    assert budget.balance == 1000 - POLICY.max_attempts()
+
+
+def test_written_the_other_way_round_the_budget_pays_for_refused_retries(
+    virtual_clock: VirtualClock,
+) -> None:
+    budget = RetryBudget(ratio=0, min_per_second=10, ttl=100)
+
+    @retry(wait=POLICY.wait(), stop=budget.stop() | POLICY.stop(), before=budget.before)
+    def down() -> None:
+        raise ConnectionError("down")
+
+    with pytest.raises(tenacity.RetryError):
+        down()
+    assert budget.balance == 1000 - POLICY.max_attempts() - 1
+
+
+def test_before_deposits_once_per_run_never_per_retry(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=1, min_per_second=0, ttl=100)
+    budget.deposit()  # one retry in hand
+    fn = budgeted(budget, fails=2)
+    assert fn() == 3
+    # the run deposited 1 and withdrew 2: 1 + 1 - 2
+    assert budget.balance == 0
+
+
+def test_one_budget_serves_several_functions(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0, min_per_second=0.3, ttl=10)  # 3 retries
+    first, second = budgeted(budget, fails=100), budgeted(budget, fails=100)
+    with pytest.raises(BudgetExhausted):
+        first()
+    with pytest.raises(BudgetExhausted) as info:
+        second()
+    assert first.calls["n"] == 4
+    assert second.calls["n"] == 1
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+
+
+async def test_the_stop_works_in_async_retrying(virtual_clock: VirtualClock) -> None:
+    budget = RetryBudget(ratio=0, min_per_second=0.1, ttl=10)  # 1 retry
+    attempts = 0
+
+    async def down() -> None:
+        nonlocal attempts
+        attempts += 1
+        raise ConnectionError("down")
+
+    retrying = tenacity.AsyncRetrying(
+        wait=POLICY.wait(),
+        stop=POLICY.stop() | budget.stop(),
+        before=budget.before,
+        retry_error_cls=BudgetExhausted,
+    )
+    with pytest.raises(BudgetExhausted) as info:
+        await retrying(down)
+    assert attempts == 2
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+
+
+def test_the_stop_alone_stops_when_refused_and_reports_other() -> None:
+    # Without a policy stop there is no budgeted-run record to carry the reason.
+    budget = RetryBudget(ratio=0, min_per_second=0, ttl=10)
+
+    @retry(stop=budget.stop(), retry_error_cls=BudgetExhausted)
+    def down() -> None:
+        raise ConnectionError("down")
+
+    with pytest.raises(BudgetExhausted) as info:
+        down()
+    assert info.value.report.attempts == 1
+    assert isinstance(budget.stop(), stop_retry_budget)
+
+
+class _AsyncBudget:
+    name = "fake"
+
+    def __init__(self, answer: bool) -> None:
+        self.answer = answer
+
+    async def try_withdraw(self) -> bool:
+        return self.answer
+
+
+async def test_the_async_stop_is_awaited_and_refuses_composition() -> None:
+    stop = async_stop_retry_budget(_AsyncBudget(False))
+    state = tenacity.RetryCallState(tenacity.AsyncRetrying(), fn=None, args=(), kwargs={})
+    assert await stop(state) is True
+    assert await async_stop_retry_budget(_AsyncBudget(True))(state) is False
+    with pytest.raises(TypeError, match="cannot be composed"):
+        stop | POLICY.stop()
+    with pytest.raises(TypeError, match="cannot be composed"):
+        stop & POLICY.stop()
+
+
+# -- observers -----------------------------------------------------------------------------
+
+
+def test_observers_hear_every_decision_with_the_balance_after_it(
+    virtual_clock: VirtualClock,
+) -> None:
+    recorder = Recorder()
+    assert isinstance(recorder, BudgetObserver)
+    budget = RetryBudget(ratio=0.5, min_per_second=0, name="payments", observers=recorder)
+    deposits(budget, 4)
+    assert grants(budget, 3) == 2
+    assert recorder.decisions == [
+        ("payments", True, 1),
+        ("payments", True, 0),
+        ("payments", False, 0),
+    ]
+    assert recorder.fallbacks == []
+
+
+def test_terms_are_integers_in_one_unit() -> None:
+    terms = budget_terms(0.2, 10.0, 10.0)
+    assert (terms.deposit_units, terms.cost, terms.reserve_units) == (1, 5, 500)
+    assert terms.affordable(100, 0) == 120
+    assert terms.affordable(0, 101) == 0
+    third = budget_terms(Fraction(1, 3), 0.5, 3)
+    assert (third.deposit_units, third.cost, third.reserve_units) == (2, 6, 9)
+    assert third.slice_of(0.9) == 3
+    assert third.slice_of(0.899999) == 2
+    assert timedelta(seconds=float(third.ttl)) == timedelta(seconds=3)
