@@ -572,9 +572,9 @@ def _registered_budget(name: str) -> CeleryBudget | None:
     """
     from celery import _state
 
-    for app in list(_state._get_active_apps()):
-        registry = getattr(app, "_tasks", None)
-        task = registry.get(name) if isinstance(registry, Mapping) else None
+    for app in tuple(_state._get_active_apps()):
+        get = getattr(getattr(app, "_tasks", None), "get", None)
+        task = get(name) if get is not None else None
         if task is not None:
             found = _budget_of_task(task)
             if found is not None:
@@ -584,7 +584,7 @@ def _registered_budget(name: str) -> CeleryBudget | None:
 
 def _on_publish(sender: object = None, headers: Any = None, **_: Any) -> None:
     """``before_task_publish`` receiver: stamp the messages of budgeted tasks only."""
-    if not isinstance(sender, str) or not isinstance(headers, MutableMapping):
+    if type(sender) is not str or not isinstance(headers, dict):
         return
     if _registered_budget(sender) is None:
         return
