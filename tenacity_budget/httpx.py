@@ -369,7 +369,8 @@ class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
     ``httpx.AsyncHTTPTransport()``), except that each attempt is cancelled as a whole when
     the run's time is up (``policy.retry(hard_deadline=True)``), whatever phase it is in;
     the run then ends with :class:`~tenacity_budget.BudgetExhausted` (reason
-    ``wall_clock`` or ``deadline``). An asyncio retry budget is welcome here.
+    ``wall_clock`` or ``deadline``). An asyncio retry budget is welcome here. Runs under
+    asyncio (the cancellation is ``asyncio.timeout``), not trio.
     """
 
     def __init__(
