@@ -127,11 +127,17 @@ class Horizon:
         return left
 
     def deadline(self) -> datetime | None:
-        """The earliest end as an aware UTC instant, or ``None`` without an end."""
-        left = self.left()
-        if left == math.inf:
+        """The earliest end as an aware UTC instant, or ``None`` without an end.
+
+        Exact when the wall-clock end binds; a monotonic end is placed on the wall clock
+        from now.
+        """
+        mono_left = math.inf if self.mono_end == math.inf else self.mono_end - time.monotonic()
+        if self.wall_end != math.inf and self.wall_end - time.time() <= mono_left:
+            return datetime.fromtimestamp(self.wall_end, UTC)
+        if mono_left == math.inf:
             return None
-        return datetime.now(UTC) + timedelta(seconds=left)
+        return datetime.now(UTC) + timedelta(seconds=mono_left)
 
 
 _HORIZON: ContextVar[Horizon | None] = ContextVar("tenacity_budget_horizon", default=None)
