@@ -9,6 +9,9 @@ global meter provider the application configures)::
     @policy.retry(stats=OpenTelemetryObserver())
     def fetch(): ...
 
+It is also a :class:`~tenacity_budget.retry_budget.BudgetObserver`: pass it to a retry
+budget's ``observers=`` for the budget's grants, refusals, fallbacks and balance.
+
 Instruments, with the default prefix ``tenacity_budget`` (every data point carries the
 attribute ``function``, the decorated function's name):
 
@@ -21,6 +24,17 @@ attribute ``function``, the decorated function's name):
                                                         is the :class:`~tenacity_budget.StopReason`
 ``tenacity_budget.sleep``                  histogram    seconds slept before each retry (unit s)
 ========================================== ============ ======================================
+
+Retry-budget instruments (every data point carries the attribute ``budget``, the budget's
+``name``):
+
+============================================= ========= ======================================
+``tenacity_budget.retry_budget.grants``       counter   retries the budget granted
+``tenacity_budget.retry_budget.refusals``     counter   retries the budget refused
+``tenacity_budget.retry_budget.fallbacks``    counter   decisions made without Redis
+``tenacity_budget.retry_budget.balance``      gauge     retries it would still grant, as of its
+                                                        latest decision
+============================================= ========= ======================================
 
 Only ``opentelemetry-api`` (1.30 or later, for the bucket advisory) is needed here;
 exporting is the application's SDK setup. Importing this module needs it;
@@ -43,6 +57,7 @@ from .exhaustion import ExhaustionReport
 from .stats import SLEEP_BUCKETS
 
 __all__ = [
+    "BUDGET_ATTRIBUTE",
     "DEFAULT_SLEEP_BOUNDARIES",
     "FUNCTION_ATTRIBUTE",
     "METER_NAME",
@@ -56,6 +71,9 @@ METER_NAME = "tenacity_budget"
 FUNCTION_ATTRIBUTE = "function"
 """The attribute carrying the decorated function's name on every data point."""
 
+BUDGET_ATTRIBUTE = "budget"
+"""The attribute carrying the retry budget's name on the retry-budget instruments."""
+
 REASON_ATTRIBUTE = "reason"
 """The attribute carrying the stop reason (a ``StopReason`` value) on ``exhausted``."""
 
@@ -65,6 +83,8 @@ DEFAULT_SLEEP_BOUNDARIES: tuple[float, ...] = SLEEP_BUCKETS
 
 class OpenTelemetryObserver:
     """A :class:`~tenacity_budget.RetryObserver` recording retries as OpenTelemetry metrics.
+
+    Also a :class:`~tenacity_budget.retry_budget.BudgetObserver` for retry budgets.
 
     Args:
         meter: the ``Meter`` to create the instruments on; defaults to
@@ -115,6 +135,26 @@ class OpenTelemetryObserver:
         self.sleep = self._histogram(
             meter, f"{prefix}.sleep", "Seconds slept before each retry.", sleep_boundaries
         )
+        self.budget_grants = meter.create_counter(
+            f"{prefix}.retry_budget.grants",
+            unit="{retry}",
+            description="Retries a retry budget granted.",
+        )
+        self.budget_refusals = meter.create_counter(
+            f"{prefix}.retry_budget.refusals",
+            unit="{retry}",
+            description="Retries a retry budget refused (the run ended at once).",
+        )
+        self.budget_fallbacks = meter.create_counter(
+            f"{prefix}.retry_budget.fallbacks",
+            unit="{decision}",
+            description="Retry-budget decisions made without the shared store (Redis).",
+        )
+        self.budget_balance = meter.create_gauge(
+            f"{prefix}.retry_budget.balance",
+            unit="{retry}",
+            description="Retries a retry budget would still grant, as of its latest decision.",
+        )
 
     @staticmethod
     def _histogram(
@@ -152,3 +192,16 @@ class OpenTelemetryObserver:
     def on_exhausted(self, name: str, report: ExhaustionReport) -> None:
         """Count a run that gave up, with its stop reason."""
         self.exhausted.add(1, {FUNCTION_ATTRIBUTE: name, REASON_ATTRIBUTE: report.reason.value})
+
+    # BudgetObserver ---------------------------------------------------------------------
+
+    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
+        """Count a grant or a refusal of budget ``name``; record its balance when known."""
+        attributes = {BUDGET_ATTRIBUTE: name}
+        (self.budget_grants if granted else self.budget_refusals).add(1, attributes)
+        if balance is not None:
+            self.budget_balance.set(balance, attributes)
+
+    def on_budget_fallback(self, name: str, error: BaseException) -> None:
+        """Count a decision of budget ``name`` made on its fallback."""
+        self.budget_fallbacks.add(1, {BUDGET_ATTRIBUTE: name})

@@ -2,13 +2,17 @@
 
 :class:`PrometheusObserver` is a :class:`~tenacity_budget.RetryObserver`: pass it to
 ``policy.retry(stats=...)`` and it counts calls, retries and outcomes on a
-``prometheus_client`` registry::
+``prometheus_client`` registry. It is also a
+:class:`~tenacity_budget.retry_budget.BudgetObserver`: pass it to a retry budget's
+``observers=`` and it counts the budget's grants, refusals and fallbacks and keeps its
+balance::
 
     from tenacity_budget.prometheus import PrometheusObserver
 
     METRICS = PrometheusObserver()  # once per process: it registers its metrics
+    BUDGET = RetryBudget(name="payments-api", observers=METRICS)
 
-    @policy.retry(stats=METRICS)
+    @policy.retry(stats=METRICS, budget=BUDGET)
     def fetch(): ...
 
 Metrics, with the default namespace ``tenacity_budget`` (every one labelled ``function``):
@@ -23,6 +27,16 @@ Metrics, with the default namespace ``tenacity_budget`` (every one labelled ``fu
 ``tenacity_budget_sleep_seconds`` (histogram)        the sleeps taken before retries
 ==================================================== ==========================================
 
+Retry-budget metrics, labelled ``budget`` (the budget's ``name``):
+
+==================================================== ==========================================
+``tenacity_budget_retry_budget_grants_total``        retries the budget granted
+``tenacity_budget_retry_budget_refusals_total``      retries the budget refused
+``tenacity_budget_retry_budget_fallbacks_total``     decisions made without Redis (its fallback)
+``tenacity_budget_retry_budget_balance`` (gauge)     retries it would still grant, as of its
+                                                     latest decision
+==================================================== ==========================================
+
 Importing this module needs ``prometheus-client``; ``import tenacity_budget`` does not.
 """
 
@@ -31,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 try:
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 except ImportError as exc:
     raise ImportError(
         "tenacity_budget.prometheus needs prometheus-client; install it with "
@@ -50,7 +64,8 @@ DEFAULT_SLEEP_BUCKETS: tuple[float, ...] = (*SLEEP_BUCKETS, float("inf"))
 class PrometheusObserver:
     """A :class:`~tenacity_budget.RetryObserver` recording retries as Prometheus metrics.
 
-    Creating one registers its six metrics on ``registry``; a second observer with the same
+    Also a :class:`~tenacity_budget.retry_budget.BudgetObserver` for retry budgets.
+    Creating one registers its ten metrics on ``registry``; a second observer with the same
     namespace on the same registry is refused by ``prometheus_client`` (``ValueError:
     Duplicated timeseries``), so create one per process (or per registry) and share it
     between decorated functions: the ``function`` label tells them apart. Thread-safe.
@@ -63,6 +78,8 @@ class PrometheusObserver:
     Attributes:
         calls, retries, first_try_successes, successes_after_retry, exhausted: the
             ``Counter`` metrics; ``sleep``: the ``Histogram`` of sleeps.
+        budget_grants, budget_refusals, budget_fallbacks: the retry budgets' ``Counter``
+            metrics; ``budget_balance``: their ``Gauge``.
     """
 
     def __init__(
@@ -119,6 +136,35 @@ class PrometheusObserver:
             registry=target,
             buckets=tuple(buckets),
         )
+        budget = ("budget",)
+        self.budget_grants = Counter(
+            "retry_budget_grants",
+            "Retries a retry budget granted.",
+            budget,
+            namespace=namespace,
+            registry=target,
+        )
+        self.budget_refusals = Counter(
+            "retry_budget_refusals",
+            "Retries a retry budget refused (the run ended at once).",
+            budget,
+            namespace=namespace,
+            registry=target,
+        )
+        self.budget_fallbacks = Counter(
+            "retry_budget_fallbacks",
+            "Retry-budget decisions made without the shared store (Redis unreachable).",
+            budget,
+            namespace=namespace,
+            registry=target,
+        )
+        self.budget_balance = Gauge(
+            "retry_budget_balance",
+            "Retries a retry budget would still grant, as of its latest decision.",
+            budget,
+            namespace=namespace,
+            registry=target,
+        )
 
     def __repr__(self) -> str:
         return f"PrometheusObserver(namespace={self.namespace!r})"
@@ -144,3 +190,15 @@ class PrometheusObserver:
     def on_exhausted(self, name: str, report: ExhaustionReport) -> None:
         """Count a run that gave up, labelled with its stop reason."""
         self.exhausted.labels(name, report.reason.value).inc()
+
+    # BudgetObserver ---------------------------------------------------------------------
+
+    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
+        """Count a grant or a refusal of budget ``name``; set its balance when known."""
+        (self.budget_grants if granted else self.budget_refusals).labels(name).inc()
+        if balance is not None:
+            self.budget_balance.labels(name).set(balance)
+
+    def on_budget_fallback(self, name: str, error: BaseException) -> None:
+        """Count a decision of budget ``name`` made on its fallback."""
+        self.budget_fallbacks.labels(name).inc()
