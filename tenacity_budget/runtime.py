@@ -25,7 +25,7 @@ from tenacity import RetryCallState, RetryError
 
 from ._config import check_aware, earliest
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
-from .state import RunState, prepare, run_state, tag
+from .state import RunState, observe_cut, prepare, run_state, tag
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -409,6 +409,7 @@ class BudgetedRetry:
         # A fixed deadline is known before the run; a callable one needs the run's state.
         self._deadline_callable = deadline is not None and not isinstance(deadline, datetime)
         fixed = earliest(deadline if isinstance(deadline, datetime) else None, policy.deadline)
+        self._fixed_deadline = fixed
         self._fixed_deadline_ts = fixed.timestamp() if fixed is not None else math.inf
         self._retrying_kwargs: dict[str, Any] = {
             **kwargs,
@@ -493,9 +494,11 @@ class BudgetedRetry:
         """End a hard-deadline run whose attempt was cancelled (or overran its time)."""
         record = horizon.run
         assert record is not None
-        record.attempts = record.observed + 1
-        record.elapsed = time.monotonic() - started
+        observe_cut(record, time.monotonic() - started)
         record.reason = exc.reason
+        if not record.resolved:  # cut before the stop was first asked: its deadlines now
+            outer = horizon.outer.deadline() if horizon.outer is not None else None
+            record.deadline = earliest(self._fixed_deadline, outer)
         timeout = exc.__cause__ if exc.__cause__ is not None else exc
         outcome = tenacity.Future.construct(record.attempts, timeout, True)
         tag(outcome, record)

@@ -25,7 +25,7 @@ from tenacity import Future, RetryCallState
 from .exhaustion import ExhaustionReport, StopReason
 from .solver import add_compensated
 
-__all__ = ["RunState", "begin", "observe", "run_state", "stopped_by"]
+__all__ = ["RunState", "begin", "observe", "observe_cut", "run_state", "stopped_by"]
 
 RECORD_ATTR = "_tenacity_budget_run"
 """The attribute under which the record sits on a run's ``RetryCallState`` and on each
@@ -204,6 +204,22 @@ def observe(retry_state: RetryCallState, record: RunState, previous_sleep: float
         tag(outcome, record)
     # The run's latest reason is about the latest decision only.
     record.reason = None
+
+
+def observe_cut(record: RunState, elapsed: float) -> None:
+    """Bring ``record`` up to date with an attempt cut off when the run's time was up.
+
+    The counterpart of :func:`observe` for ``hard_deadline`` runs, whose last attempt is
+    cancelled without tenacity's bookkeeping: it is the attempt after the latest observed
+    one, begun after the sleep the latest decision allowed, and ``elapsed`` is measured
+    by the caller from the run's start.
+    """
+    if record.observed:
+        record.slept, record.slept_error = add_compensated(
+            record.slept, record.slept_error, record.upcoming_sleep
+        )
+    record.attempts = record.observed = record.observed + 1
+    record.elapsed = elapsed
 
 
 def tag(attempt: Future, record: RunState) -> None:

@@ -287,3 +287,44 @@ def test_time_left_never_exceeds_the_scope_in_the_first_attempt(
         fetch()
     fetch()
     assert seen == [12.0, 42.0]
+
+
+def test_hard_deadline_report_counts_the_sleep_before_the_cut_attempt(
+    virtual_clock: VirtualClock,
+) -> None:
+    policy = BackoffPolicy(base=1, cap=5, max_elapsed=30, jitter="none")
+    calls: list[int] = []
+
+    @policy.retry(hard_deadline=True)
+    async def flaky_then_hangs() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OSError("blip")
+        await asyncio.sleep(3600)
+
+    with pytest.raises(BudgetExhausted) as caught:
+        asyncio.run(flaky_then_hangs())
+    report = caught.value.report
+    assert virtual_clock.sleeps[:2] == [1.0, 2.0]
+    assert report.attempts == 3
+    assert report.slept == 3.0
+    assert report.reason is StopReason.WALL_CLOCK
+
+
+def test_hard_deadline_cut_in_the_first_attempt_reports_the_scope_deadline(
+    virtual_clock: VirtualClock,
+) -> None:
+    @POLICY.retry(hard_deadline=True)
+    async def hangs() -> None:
+        await asyncio.sleep(100)
+
+    async def main() -> None:
+        async with deadline_scope(deadline=virtual_clock.now() + timedelta(seconds=5)):
+            await hangs()
+
+    with pytest.raises(BudgetExhausted) as caught:
+        asyncio.run(main())
+    report = caught.value.report
+    assert report.reason is StopReason.DEADLINE
+    assert report.deadline == virtual_clock.start + timedelta(seconds=5)
+    assert report.attempts == 1
