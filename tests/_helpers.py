@@ -12,17 +12,20 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pydantic
 import pytest
-from freezegun.api import FrozenDateTimeFactory
+from freezegun.api import FrozenDateTimeFactory, StepTickTimeFactory, TickingDateTimeFactory
 from hypothesis import assume
 from hypothesis import strategies as st
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted, backoff_delays, remaining
 from tenacity_budget.jitter import JitterMode
+
+# What ``freeze_time(...)`` yields; the suite's clocks are frozen (``tick=False``).
+Factory: TypeAlias = FrozenDateTimeFactory | StepTickTimeFactory | TickingDateTimeFactory
 
 MODES: tuple[JitterMode, ...] = ("none", "full", "equal", "decorrelated")
 
@@ -74,7 +77,7 @@ def async_sleeper(
 class Clock:
     """The frozen clock of one test: attempts tick it, sleeps record and tick it."""
 
-    def __init__(self, frozen: FrozenDateTimeFactory) -> None:
+    def __init__(self, frozen: Factory) -> None:
         """Wrap freezegun's factory; the clock's zero is the current frozen instant."""
         self._frozen = frozen
         self.sleeps: list[float] = []

@@ -6,6 +6,8 @@ timeout read); sleeps are recorded and advance the frozen clock.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pybreaker
 import pytest
 import tenacity
@@ -33,7 +35,7 @@ def exhaust_behind(
     budget's own stop.
     """
     sleeps: list[float] = []
-    options = {"stop": stop_when_open(breaker)} if stop else {}
+    options: dict[str, Any] = {"stop": stop_when_open(breaker)} if stop else {}
 
     @POLICY.retry(sleep=sleeper(frozen, sleeps), **options)
     @guarded(breaker)
