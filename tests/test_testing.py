@@ -241,9 +241,8 @@ def test_rounding_to_microseconds_never_accumulates(durations: list[float]) -> N
         for seconds in durations:
             time.sleep(seconds)
         assert clock.sleeps == durations
-        exact = 0.0
-        for seconds in durations:
-            exact += seconds
+        # The exact sum, correctly rounded (issue 9): not a drifting float `+=`.
+        exact = math.fsum(durations)
         assert clock.elapsed == exact
         shown = (clock.now() - START).total_seconds()
         assert abs(shown - exact) <= 0.5e-6 + 1e-9 * exact
