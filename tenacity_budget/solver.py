@@ -1,27 +1,55 @@
-"""Pure math of budgeted exponential backoff: nominal delays and the budget solver.
+"""Pure math of budgeted exponential backoff: nominal delays and the exact budget solver.
 
-Nothing here is random and nothing here knows about tenacity or pydantic. The nominal
-delay before retry ``n`` (counting from 0) is::
+Nothing here is random and nothing here knows about tenacity or pydantic.
 
-    d(n) = min(cap, base * factor**n)
+**The definition.** ``base``, ``factor`` and ``cap`` are Python floats. The nominal delay
+before retry ``k`` (counting from 0) is the float::
 
-and the budget solver answers: how many retries does a time budget afford? It returns the
-largest ``n`` such that the first ``n`` nominal delays, plus ``n + 1`` attempts of
-``attempt_duration`` seconds each, fit in the budget::
+    d(k) = cap                           if the float power factor ** k raises OverflowError
+    d(k) = min(cap, base * factor ** k)  otherwise, in Python floats
+
+so a product that overflows to ``inf`` is ``cap`` too. This is exactly the float the wait
+strategy sleeps (:func:`nominal_delay` computes it). The budget solver answers: how many
+retries does a time budget afford? :func:`compute_max_attempts` returns the largest ``n``
+such that the *exact* (rational) sum of the first ``n`` delays, plus ``n + 1`` attempts of
+``attempt_duration`` seconds each (an exact product), is at most the budget (exact too)::
 
     S(n) + (n + 1) * attempt_duration <= budget,    S(n) = d(0) + ... + d(n - 1)
 
-The solver is closed-form. Let ``k`` be the number of delays below the cap. For ``n <= k``
-the sum is geometric, ``S(n) = base * (factor**n - 1) / (factor - 1)``, which inverts with a
-logarithm; past ``k`` every delay is exactly ``cap`` and the sum is linear, which inverts
-with one (exact, rational) division. Neither step loops over attempts, so a budget that
-affords ``10**300`` retries is answered as fast as one that affords three.
+There is no "within float error" escape: the answer is that ``n``, on every finite input.
+
+**How it stays constant time.** The float power is monotone in ``k``, so the delays below
+the cap come first (``k < capped_index``) and every later one is exactly ``cap``. Past the
+cap the sum is linear: one exact (integer) division counts the capped tail. Below it the
+sum is geometric: ``G(n) = base * (factor**n - 1) / (factor - 1)``, inverted with a
+logarithm. The float delays are not the real geometric terms, but each is within a known
+relative distance of its term (the float power and the product each round once), so the
+exact sum ``S(n)`` lies in a bracket ``[G(n) * (1 - eta), G(n) * (1 + eta)]`` whose width
+``eta`` (about ``3.6e-15``) is proven below (``_ETA``), not estimated. The solver decides
+with the closed forms and that bracket; only when the budget lies *inside* the bracket of
+a partial sum, where rounding could tip the answer, does it sum float delays exactly, and
+then only the largest ones: the exact sum of the top delays plus the (much narrower)
+bracket of the remaining prefix is narrowed until the decision is certain, usually after a
+few dozen delays. A decision that would need more than ``_MAX_EXACT_TERMS`` delays summed
+(only a budget within ``eta`` of a partial sum of more than a million delays below the
+cap, a factor within about ``1e-9`` of 1) raises ``ValueError`` instead of running for
+minutes; no input returns an inexact count.
+
+The bracket rests on one assumption about the platform: the C library's ``pow``,
+``log1p``, ``expm1``, ``exp`` and ``log`` are within two ulps (glibc, musl, macOS and
+Windows are within one), so that the float power is monotone and within ``_LIB`` of the
+real power.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from itertools import chain
+from operator import neg
+from typing import TypeVar
 
 __all__ = [
     "add_compensated",
@@ -32,20 +60,42 @@ __all__ = [
     "total_delay",
 ]
 
-# Bounded neighbour corrections after a float estimate. The estimates below are accurate to
-# well under one step except for absurd configurations (more than 2**53 delays below the
-# cap), where a "step" is below float resolution anyway; the bound keeps every call finite.
-_MAX_CORRECTIONS = 64
-_LOG_MAX = math.log(1.7976931348623157e308)
-# Up to this many delays below the cap, sums are taken over the float delays themselves
-# (exactly), so every decision on them is exact; past it, the closed form. Either way the
-# work is bounded by this constant, whatever the answer: no loop runs over the retries.
-_EXACT_TERMS = 64
-# Decisions closer than this (relative) to a boundary are re-decided exactly; the closed
-# form's own error is about 1e-12 relative, far inside it.
-_REL_TOL = 1e-9
-# Below this a float quotient is an exact integer count; above it, divide exactly.
-_FLOAT_INTS = 2.0**52
+_T = TypeVar("_T")
+
+# -- error model -------------------------------------------------------------------------
+_U = 2.0**-53  # unit roundoff: one correctly rounded float operation errs by at most this
+# Assumed relative error of the C library's pow, log1p, expm1, exp and log: two ulps (2**-51
+# relative), twice what glibc documents.
+_LIB = 4 * _U
+# Relative half-width of the bracket of S(n) around the closed form G(n) (n < 2**53):
+#   each float delay: the power errs by _LIB, the product by _U           ->  5 u
+#   the closed form, worst branch (expm1 of a rounded n*log1p(r), |x| <= ln 2, amplifies
+#   its argument's error by at most 1.39: 1.39 * (_LIB + 2u) + _LIB + 2u) -> 14.4 u
+#   factor - 1 rounding (only for factor >= 2**53), the bound's own roundings  -> 3 u
+# 22.4 u in all; 32 u leaves room.
+_ETA = 32 * _U
+# The smallest subnormal, 2**-1074: twice the largest rounding error of a subnormal result
+# (2**-1075 itself is no float: it rounds to 0).
+_TINY = 2.0**-1074
+_MIN_NORMAL = 2.0**-1022
+_LN2 = math.log(2.0)
+_INF = math.inf
+_FLOAT_EXACT = 2**53  # every int up to this is a float exactly
+# Where factor**k surely overflows: k * log1p(factor - 1) past log(2**1024), with room for
+# the logarithm's own error (a few ulps of at most 710).
+_LOG_2_1024 = 1024 * _LN2 + 1e-9
+_LOG_MAX = math.log(sys.float_info.max)
+_EXACT_INDEX = 2**53  # from here on the exponent k is itself rounded to a float by factor**k
+_SLACK = 2.0**-1060  # absolute slack of a ratio to the budget (its own underflow)
+_FLOAT_INTS = 2.0**50  # below this a float quotient's floor is decided in floats
+
+# -- exact sums --------------------------------------------------------------------------
+# Sums of float delays are taken exactly, as integers in units of 2**-1074 (every float is a
+# whole number of them), up to this many delays per decision.
+_MAX_EXACT_TERMS = 2**20
+_FIRST_WINDOW = 48
+_CHUNK = 4096
+_UNITS = 1074
 
 
 def add_compensated(total: float, error: float, x: float) -> tuple[float, float]:
@@ -64,86 +114,165 @@ def add_compensated(total: float, error: float, x: float) -> tuple[float, float]
     return t, error
 
 
-def _check(base: float, factor: float, cap: float) -> None:
-    for name, value in (("base", base), ("factor", factor), ("cap", cap)):
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-    if base <= 0:
-        raise ValueError(f"base must be > 0 seconds, got {base!r}")
-    if factor <= 1:
-        raise ValueError(f"factor must be > 1 (delays must grow), got {factor!r}")
-    if cap <= 0:
-        raise ValueError(f"cap must be > 0 seconds, got {cap!r}")
+# -- arguments ---------------------------------------------------------------------------
 
 
-def _raw(base: float, factor: float, n: int) -> float:
-    """``base * factor**n`` in floats, ``inf`` instead of ``OverflowError``."""
-    try:
-        return base * factor**n
-    except OverflowError:
-        # factor**n alone overflows, but a tiny base may bring the product back in range.
-        log = math.log(base) + n * math.log(factor)
-        return math.inf if log >= _LOG_MAX else math.exp(log)
+def _seconds(name: str, value: object) -> float:
+    """``value`` as a finite float, or a ``ValueError`` naming ``name``."""
+    if type(value) is int:
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(
+                f"{name} must be a finite number of seconds, got a number beyond float range"
+            ) from None
+    elif type(value) is not float:
+        if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
+            raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(
+                f"{name} must be a finite number of seconds, got a number beyond float range"
+            ) from None
+    assert isinstance(value, float)
+    if not -_INF < value < _INF:
+        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    return value
 
 
-def capped_index(base: float, factor: float, cap: float) -> int:
-    """Index of the first nominal delay that equals ``cap``.
+def _params(base: object, factor: object, cap: object) -> tuple[float, float, float]:
+    """The delay parameters as floats, or a ``ValueError`` naming the first bad one."""
+    if type(base) is float and type(factor) is float and type(cap) is float:
+        b, f, c = base, factor, cap
+    else:
+        b, f, c = _seconds("base", base), _seconds("factor", factor), _seconds("cap", cap)
+    if 0.0 < b < _INF and 1.0 < f < _INF and 0.0 < c < _INF:  # NaN fails every comparison
+        return b, f, c
+    b, f, c = _seconds("base", b), _seconds("factor", f), _seconds("cap", c)
+    if b <= 0:
+        raise ValueError(f"base must be > 0 seconds, got {b!r}")
+    if f <= 1:
+        raise ValueError(f"factor must be > 1 (delays must grow), got {f!r}")
+    raise ValueError(f"cap must be > 0 seconds, got {c!r}")
 
-    That is the smallest ``k`` with ``base * factor**k >= cap``; delays ``0 .. k - 1`` grow
-    geometrically and every delay from ``k`` on is exactly ``cap``. Constant time.
-    """
-    _check(base, factor, cap)
-    return _capped_index(base, factor, cap)
+
+def _duration(value: object) -> float:
+    if type(value) is float and 0.0 <= value < _INF:
+        return value
+    d = _seconds("attempt_duration", value)
+    if d < 0:
+        raise ValueError(f"attempt_duration must be a finite number >= 0, got {d!r}")
+    return d
 
 
-def _capped_index(base: float, factor: float, cap: float) -> int:
-    if base >= cap:
-        return 0
-    # log(cap) - log(base), not log(cap / base): the ratio can overflow.
-    estimate = (math.log(cap) - math.log(base)) / math.log1p(factor - 1.0)
-    k = max(0, math.ceil(estimate))
-    for _ in range(_MAX_CORRECTIONS):
-        if k > 0 and _raw(base, factor, k - 1) >= cap:
-            k -= 1
-        elif _raw(base, factor, k) < cap:
-            k += 1
-        else:
-            break
-    return k
+def _budget(budget: object) -> float | int:
+    """The budget, exactly: a float, or an ``int`` when no float holds it exactly."""
+    if type(budget) is float:
+        if -_INF < budget < _INF:
+            return budget
+        raise ValueError(f"budget must be a finite number of seconds, got {budget!r}")
+    if isinstance(budget, int):
+        value = int(budget)
+        return float(value) if -_FLOAT_EXACT <= value <= _FLOAT_EXACT else value
+    return _seconds("budget", budget)
+
+
+# -- nominal delays ----------------------------------------------------------------------
 
 
 def nominal_delay(n: int, base: float, factor: float, cap: float) -> float:
-    """The nominal (pre-jitter) delay before retry ``n`` (0-based): ``min(cap, base * factor**n)``.
+    """The nominal (pre-jitter) delay before retry ``n`` (0-based), by the definition.
 
-    Never raises ``OverflowError``: a power too large for a float is simply the cap.
+    ``cap`` if the float power ``factor ** n`` raises ``OverflowError``, else
+    ``min(cap, base * factor ** n)`` in floats (a product that overflows to ``inf`` is
+    ``cap``). Never raises ``OverflowError``. The wait calls this on every retry, so it
+    checks nothing but ``n``: pass floats, as :class:`~tenacity_budget.BackoffPolicy` does.
     """
     if n < 0:
         raise ValueError(f"retry index must be >= 0, got {n!r}")
-    return min(cap, _raw(base, factor, n))
+    try:
+        delay = base * factor**n
+    except OverflowError:
+        return cap
+    return delay if delay < cap else cap
+
+
+def _reached(base: float, factor: float, cap: float, k: int) -> bool:
+    """Whether the delay before retry ``k`` is ``cap``."""
+    try:
+        return base * factor**k >= cap
+    except OverflowError:
+        return True
+
+
+def capped_index(base: float, factor: float, cap: float) -> int:
+    """Index of the first nominal delay that is ``cap``, in (nearly) constant time.
+
+    Delays ``0 .. k - 1`` are below the cap and grow; every delay from ``k`` on is exactly
+    ``cap`` (the float power is monotone in its exponent).
+    """
+    b, f, c = _params(base, factor, cap)
+    return _capped_index(b, f, c, math.log1p(f - 1.0))
+
+
+def _capped_index(base: float, factor: float, cap: float, lam: float) -> int:
+    if base >= cap:
+        return 0
+    # The first k with base * factor**k >= cap, or with factor**k past the float range. The
+    # logarithms are accurate to a few ulps, so the estimate is within a step or two except
+    # for a factor within ~1e-12 of 1, where a short gallop finds the exact index.
+    guess = min(math.log(cap) - math.log(base), _LOG_MAX) / lam
+    k = max(1, math.ceil(guess))
+    if _reached(base, factor, cap, k):
+        if not _reached(base, factor, cap, k - 1):
+            return k
+        hi, step = k - 1, 1
+        lo = max(0, hi - step)
+        while lo > 0 and _reached(base, factor, cap, lo):
+            hi, step = lo, step * 2
+            lo = max(0, hi - step)
+    else:
+        lo, step = k, 1
+        hi = lo + step
+        while not _reached(base, factor, cap, hi):
+            lo, step = hi, step * 2
+            hi = lo + step
+    while hi - lo > 1:  # not reached at lo, reached at hi
+        mid = (lo + hi) // 2
+        if _reached(base, factor, cap, mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def backoff_delays(base: float, factor: float, cap: float, attempts: int) -> Iterator[float]:
     """Yield the nominal delay before each of ``attempts`` retries, lazily.
 
-    The delay before retry ``n`` (``n = 0, 1, ...``) is ``min(cap, base * factor**n)``. Once a
-    delay reaches the cap every later one is exactly ``cap`` and no more powers are
-    computed, so this never raises ``OverflowError`` however many delays are asked for, and
-    it holds no list: walking a schedule of ``10**9`` retries costs constant memory.
+    The floats of :func:`nominal_delay`: ``min(cap, base * factor**n)`` for ``n = 0, 1,
+    ...``, and ``cap`` where the power overflows. Once a delay reaches the cap every later
+    one is exactly ``cap`` and no more powers are computed, so this never raises
+    ``OverflowError`` however many delays are asked for, and it holds no list: walking a
+    schedule of ``10**9`` retries costs constant memory.
 
     Raises:
         ValueError: for a non-finite or non-positive ``base``/``cap``, a ``factor <= 1``, or
             a negative ``attempts`` (checked at the call, not at the first ``next()``).
     """
-    _check(base, factor, cap)
+    b, f, c = _params(base, factor, cap)
     if attempts < 0:
         raise ValueError(f"attempts must be >= 0, got {attempts!r}")
-    return _delays(float(base), float(factor), float(cap), attempts)
+    return _delays(b, f, c, attempts)
 
 
 def _delays(base: float, factor: float, cap: float, attempts: int) -> Iterator[float]:
     n = 0
     while n < attempts:
-        delay = _raw(base, factor, n)
+        try:
+            delay = base * factor**n
+        except OverflowError:
+            break
         if delay >= cap:
             break
         yield delay
@@ -152,131 +281,375 @@ def _delays(base: float, factor: float, cap: float, attempts: int) -> Iterator[f
         yield cap
 
 
-def _geometric_sum(base: float, factor: float, n: float) -> float:
-    """``base * (factor**n - 1) / (factor - 1)`` for real ``n >= 0``, accurate and overflow-safe."""
-    if n <= 0:
-        return 0.0
-    r = factor - 1.0
-    t = n * math.log1p(r)  # ln(factor**n)
-    if t < 1e-3:
-        # factor**n within 0.1% of 1: pow's rounding would dominate factor**n - 1.
-        growth = math.expm1(t)
-    elif t < _LOG_MAX - 1.0:
-        # Exact whenever factor**n is representable: pow rounds correctly and, for
-        # factor**n <= 2, the subtraction is exact (Sterbenz); past 2 it loses < 1 ulp.
-        growth = math.pow(factor, n) - 1.0
+# -- the closed form and its bracket ------------------------------------------------------
+
+
+def _eta(n: int, lam: float) -> float:
+    """Relative half-width of the bracket of ``S(n)`` around :func:`_geometric`'s value."""
+    if n < _EXACT_INDEX:
+        return _ETA
+    # factor**n rounds n to a float first: each power is off by up to n * u * log(factor)
+    # more, in the delays and in the closed form alike.
+    return _ETA + 2.1 * _U * (n * lam)
+
+
+def _geometric(n: int, factor: float, lam: float, base: float, r: float) -> tuple[float, int]:
+    """``G(n) = base * (factor**n - 1) / (factor - 1)`` as ``(mantissa, exponent)``.
+
+    The value is ``mantissa * 2**exponent``, never overflowing nor underflowing, within
+    14.4 u (relative) of ``G(n)`` for ``n < 2**53``. For ``1 <= n <= capped_index``.
+    """
+    mb, eb = math.frexp(base)
+    mr, er = math.frexp(r)
+    x = n * lam  # log(factor**n)
+    if x <= _LN2:
+        # factor**n - 1 <= 1: expm1 of the rounded logarithm, no cancellation.
+        mg, eg = math.frexp(math.expm1(x))
+        return mb * mg / mr, eb + eg - er
+    try:
+        power = factor**n
+    except OverflowError:  # only n == capped_index can get here: both halves are in range
+        half = n // 2
+        m1, e1 = math.frexp(factor**half)
+        m2, e2 = math.frexp(factor ** (n - half))
+        return mb * (m1 * m2) / mr, eb + e1 + e2 - er  # factor**n - 1 == factor**n here
+    mg, eg = math.frexp(power - 1.0)  # power >= 2: the subtraction loses at most half an ulp
+    return mb * mg / mr, eb + eg - er
+
+
+def _ratio(mantissa: float, exponent: int, mb: float, eb: int) -> float:
+    """``(mantissa * 2**exponent) / (mb * 2**eb)`` as a float (``inf`` past the range)."""
+    shift = exponent - eb
+    if shift > 1000:
+        return math.inf
+    return math.ldexp(mantissa / mb, shift)
+
+
+# -- exact arithmetic --------------------------------------------------------------------
+
+
+def _units(x: float) -> int:
+    """``x`` as a whole number of ``2**-1074`` (exact: every float is one)."""
+    num, den = x.as_integer_ratio()
+    return num << (_UNITS + 1 - den.bit_length())
+
+
+def _mantissa_units(mantissa: float, exponent: int, *, up: bool) -> int:
+    """``mantissa * 2**exponent`` in units, rounded down (or ``up``)."""
+    whole = int(math.ldexp(mantissa, 60))  # exact: a float mantissa has 53 bits
+    shift = exponent - 60 + _UNITS
+    if shift >= 0:
+        return whole << shift
+    if up:
+        return -((-whole) >> -shift)
+    return whole >> -shift
+
+
+def _exact_sum(terms: list[float]) -> int:
+    """The exact sum of positive floats, in units, at ``math.fsum``'s speed.
+
+    ``math.fsum`` returns the float nearest the exact sum; fsum of the terms less that
+    result is the remainder's float, and so on until the remainder is exactly zero (fsum's
+    partials are exact, so it returns 0 only for an exact 0). Two or three passes for
+    delays of similar size; the parts add up to the sum exactly.
+    """
+    parts: list[float] = []
+    try:
+        part = math.fsum(terms)
+        while part:
+            parts.append(part)
+            part = math.fsum(chain(terms, map(neg, parts)))
+    except OverflowError:  # the sum passes the float range: add exactly, term by term
+        return sum(map(_units, terms))
+    return sum(map(_units, parts))
+
+
+def _window(base: float, factor: float, start: int, stop: int) -> int:
+    """Exact sum of the delays ``start .. stop - 1`` (all below the cap), in units."""
+    total = 0
+    for lo in range(start, stop, _CHUNK):
+        hi = min(stop, lo + _CHUNK)
+        total += _exact_sum([base * factor**i for i in range(lo, hi)])
+    return total
+
+
+def _head_at_cap(k: int, base: float, factor: float, lam: float) -> tuple[float, int, float]:
+    """``S(k)`` (``k >= 1``) as ``(m, e, eta)``: within ``eta`` (relative) of ``m * 2**e``.
+
+    ``S(k) = G(k - 1) + d(k - 1)``: ``factor**(k - 1)`` is in range (delay ``k - 1`` is below
+    the cap), ``factor**k`` may not be. For a subnormal ``base`` add ``k`` half units.
+    """
+    lm, le = math.frexp(base * factor ** (k - 1))  # the last delay below the cap, exactly
+    if k == 1:
+        return lm, le, 0.0
+    gm, ge = _geometric(k - 1, factor, lam, base, factor - 1.0)
+    eta = _eta(k - 1, lam) + _U
+    if ge >= le:
+        return gm + math.ldexp(lm, le - ge), ge, eta
+    return lm + math.ldexp(gm, ge - le), le, eta
+
+
+def _tail_in_integers(
+    budget: float | int, cap: float, duration: float, k: int, low: int, high: int, exp: int
+) -> int | None:
+    """The capped-tail count from a bracket ``low * 2**exp <= S(k) <= high * 2**exp``.
+
+    ``floor((budget - S - (k + 1) * duration) / (cap + duration))`` in exact integer
+    arithmetic at both ends of the bracket; ``None`` when they differ (the bracket
+    straddles a boundary). A negative count means ``S(k)`` with its ``k + 1`` attempts is
+    already over the budget.
+    """
+    if type(budget) is float:
+        bn, bd = budget.as_integer_ratio()
+        be = 1 - bd.bit_length()
     else:
-        log = math.log(base) + t + math.log1p(-math.exp(-t)) - math.log(r)
-        return math.inf if log >= _LOG_MAX else math.exp(log)
-    return base * growth / r
+        bn, be = int(budget), 0
+    cn, cd = cap.as_integer_ratio()
+    ce = 1 - cd.bit_length()
+    z = exp if exp < be else be
+    if ce < z:
+        z = ce
+    if duration:
+        dn, dd = duration.as_integer_ratio()
+        de = 1 - dd.bit_length()
+        if de < z:
+            z = de
+        d = dn << (de - z)
+        room = (bn << (be - z)) - (k + 1) * d
+        per = (cn << (ce - z)) + d
+    else:
+        room = bn << (be - z)
+        per = cn << (ce - z)
+    shift = exp - z
+    if shift:
+        low, high = low << shift, high << shift
+    if room < low:  # S(k) >= low is over already: no count past the cap fits
+        return -1
+    most, rest = divmod(room - low, per)
+    return most if rest >= high - low else None
 
 
-def _dyadic_sum(terms: list[float]) -> tuple[int, int]:
-    """The exact sum of floats as ``(numerator, denominator)``, the denominator a power of two.
+class _Problem:
+    """One solver call's figures, for the paths past the common one (built only then)."""
 
-    Floats are dyadic rationals, so exact sums need only integer shifts and additions: no
-    ``Fraction`` objects and no gcd per term.
-    """
-    numerator, denominator = 0, 1
-    for term in terms:
-        num, den = term.as_integer_ratio()
-        if den > denominator:
-            numerator *= den // denominator
-            denominator = den
+    __slots__ = (
+        "base",
+        "beta",
+        "budget",
+        "cap",
+        "d_ratio",
+        "duration",
+        "eb",
+        "factor",
+        "k",
+        "lam",
+        "log_budget",
+        "mb",
+        "r",
+        "t_ratio",
+    )
+
+    def __init__(
+        self,
+        budget: float | int,
+        base: float,
+        factor: float,
+        cap: float,
+        duration: float,
+        k: int,
+        lam: float,
+    ) -> None:
+        self.budget = budget
+        self.base = base
+        self.factor = factor
+        self.cap = cap
+        self.duration = duration
+        self.k = k
+        self.lam = lam
+        self.r = factor - 1.0
+        # The budget as mb * 2**eb (mb in [0.5, 1)), to within beta (relative).
+        if isinstance(budget, int):
+            shift = max(0, budget.bit_length() - 64)
+            self.mb, e = math.frexp(float(budget >> shift))
+            self.eb = e + shift
+            self.beta = 2 * _U
         else:
-            num *= denominator // den
-        numerator += num
-    return numerator, denominator
+            self.mb, self.eb = math.frexp(budget)
+            self.beta = 0.0
+        self.log_budget = math.log(self.mb) + self.eb * _LN2
+        # duration / budget, and half a unit / budget when products can be subnormal, each
+        # rounded up by the most its own underflow could lose.
+        self.d_ratio = _ratio(*math.frexp(duration), self.mb, self.eb) if duration else 0.0
+        self.t_ratio = 0.0
+        if base < _MIN_NORMAL:
+            self.t_ratio = math.ldexp(0.5 / self.mb, -1074 - self.eb) * (1 + 2 * _U) + 2.0**-1074
 
+    # -- exact decisions -------------------------------------------------------------------
 
-def _excess(base: float, factor: float, n: int, duration: float, budget: float) -> float:
-    """``S(n) + (n + 1) * duration - budget``, with an exact sign whenever it matters.
+    def head_bounds_units(self, n: int) -> tuple[int, int]:
+        """A bracket ``lo <= S(n) <= hi`` in units, from the closed form (nothing summed)."""
+        if n == 0:
+            return 0, 0
+        m, e = _geometric(n, self.factor, self.lam, self.base, self.r)
+        eta = _eta(n, self.lam)
+        lo = _mantissa_units(m * (1.0 - eta), e, up=False)
+        hi = _mantissa_units(m * (1.0 + eta), e, up=True)
+        if self.base < _MIN_NORMAL:  # a subnormal product rounds by up to half a unit
+            lo -= (n + 1) // 2
+            hi += (n + 1) // 2
+        return max(lo, 0), hi
 
-    The closed form is accurate to about 1e-12 relative; when the result is closer to zero
-    than ``_REL_TOL`` of the magnitudes involved and there are few delays, the sign is
-    decided over the float delays themselves (``math.fsum`` is correctly rounded).
-    """
-    head = _geometric_sum(base, factor, n)
-    fixed = (n + 1.0) * duration
-    value = head + fixed - budget
-    # The budget is exact; only the closed form and the product carry rounding.
-    if abs(value) > _REL_TOL * (head + fixed) + 4 * math.ulp(budget) or n > _EXACT_TERMS:
-        return value
-    return math.fsum([*(_raw(base, factor, i) for i in range(n)), *[duration] * (n + 1), -budget])
+    def settle(self, n: int, decide: Callable[[int, int], _T | None]) -> _T:
+        """``decide(lo, hi)`` on ever narrower brackets of ``S(n)`` until it decides.
 
+        The bracket is the exact sum of the largest delays before ``n`` plus the closed-form
+        bracket of the prefix before those; the exactly summed window grows fourfold per
+        round, down to the whole prefix (where the bracket is a point, and decides).
+        """
+        exact, start, size = 0, n, 0  # first the closed form alone, in exact arithmetic
+        while True:
+            first = max(0, start - size, n - _MAX_EXACT_TERMS)
+            if first >= start and size:
+                budget = self.budget
+                shown = repr(budget) if isinstance(budget, float) else f"~2**{budget.bit_length()}"
+                raise ValueError(
+                    f"budget {shown} lies within float rounding ({_ETA:.1e} relative) of the "
+                    f"cost of some number of retries, and telling exactly which side of it "
+                    f"needs more than {_MAX_EXACT_TERMS} of the {n} delays before it summed; "
+                    "move the budget slightly or use a factor further from 1"
+                )
+            exact += _window(self.base, self.factor, first, start)
+            start = first
+            lo, hi = self.head_bounds_units(start)
+            verdict = decide(exact + lo, exact + hi)
+            if verdict is not None:
+                return verdict
+            size = size * 4 or _FIRST_WINDOW
 
-def total_delay(n: int, base: float, factor: float, cap: float) -> float:
-    """Sum of the first ``n`` nominal delays, ``S(n)``, in constant time."""
-    _check(base, factor, cap)
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n!r}")
-    k = _capped_index(base, factor, cap)
-    head = _geometric_sum(base, factor, min(n, k))
-    if n <= k:
-        return head
-    # (n - k) can exceed the float range while the product does not: divide big ints.
-    num, den = float(cap).as_integer_ratio()
-    return head + ((n - k) * num) / den
+    def budget_units(self) -> int:
+        b = self.budget
+        return b << _UNITS if isinstance(b, int) else _units(b)
 
+    def fits_exactly(self, n: int) -> bool:
+        """Whether ``S(n) + (n + 1) * duration <= budget``, exactly (``n <= k``)."""
+        room = self.budget_units() - (n + 1) * _units(self.duration)
+        if room < 0:
+            return False
 
-def _uncapped_count(budget: float, base: float, factor: float, k: int, duration: float) -> int:
-    """Largest ``n <= k`` with ``S(n) + (n + 1) * duration <= budget`` (no delay capped)."""
-    r = factor - 1.0
-    log_f = math.log1p(r)
-    log_base = math.log(base)
+        def decide(lo: int, hi: int) -> bool | None:
+            if hi <= room:
+                return True
+            if lo > room:
+                return False
+            return None
 
-    # Ignoring the attempts' own time gives an upper bound: invert the geometric sum.
-    room = budget - duration
-    if room <= 0.0:
+        return self.settle(n, decide)
+
+    def tail_exactly(self) -> int:
+        """``floor((budget - S(k) - (k + 1) * duration) / (cap + duration))``, exactly."""
+        d = _units(self.duration)
+        room = self.budget_units() - (self.k + 1) * d
+        per = _units(self.cap) + d
+
+        def decide(lo: int, hi: int) -> int | None:
+            most = (room - lo) // per
+            return most if most < 0 or most == (room - hi) // per else None
+
+        return self.settle(self.k, decide)
+
+    # -- below the cap ---------------------------------------------------------------------
+
+    def probe(self, n: int) -> int:
+        """1 if ``C(n) <= budget`` surely, -1 if surely not, 0 if float error could tip it.
+
+        ``C(n) = S(n) + (n + 1) * duration`` for ``1 <= n < k``, bracketed from the closed
+        form and compared as a ratio to the budget (so nothing overflows).
+        """
+        gm, ge = _geometric(n, self.factor, self.lam, self.base, self.r)
+        g = _ratio(gm, ge, self.mb, self.eb)
+        if g == math.inf:
+            return -1
+        eta = _eta(n, self.lam)
+        fixed = (n + 1) * self.d_ratio
+        spread = (n + 1) * 2.0**-1074 if self.duration else 0.0  # d_ratio's own underflow
+        tiny = n * self.t_ratio
+        hi = (g * (1.0 + eta) + tiny + fixed * (1.0 + 2 * _U) + spread) * (1.0 + 4 * _U)
+        if hi + _SLACK <= 1.0 - self.beta:
+            return 1
+        main = g * (1.0 - eta) + fixed * (1.0 - 2 * _U) - spread
+        lo = main - tiny - 4 * _U * (abs(main) + tiny) - _SLACK
+        if lo > 1.0 + self.beta:
+            return -1
         return 0
-    log_y = math.log(room) + math.log(r) - log_base
-    t = (math.log1p(math.exp(log_y)) if log_y < _LOG_MAX else log_y) / log_f
-    t = min(t, float(k))
-    if duration > 0.0:
-        # S(t) + (t + 1) * duration is convex and increasing in t, so Newton's method started
-        # to the right of the root walks monotonically down to it.
-        for _ in range(_MAX_CORRECTIONS):
-            x = t * log_f  # log(factor**t)
-            if x < _LOG_MAX - 1.0 and log_base + x < _LOG_MAX - 1.0:
-                growth = math.expm1(x)  # factor**t - 1, no cancellation near 1
-                h = base * growth / r + (t + 1.0) * duration - budget
-                slope = base * (growth + 1.0) * log_f / r + duration
+
+    def fits(self, n: int) -> bool:
+        verdict = self.probe(n)
+        return verdict > 0 if verdict else self.fits_exactly(n)
+
+    def estimate(self) -> float:
+        """The real root ``t`` of ``G(t) + (t + 1) * duration = budget`` (a first guess)."""
+        lam = self.lam
+        # log(A / budget), A = base / (factor - 1): G(t) / budget = exp(la) * (factor**t - 1)
+        la = math.log(self.base) - math.log(self.r) - self.log_budget
+
+        def log1p_exp(y: float) -> float:  # log(1 + e**y) without overflow
+            return y + math.log1p(math.exp(-y)) if y > 0 else math.log1p(math.exp(y))
+
+        d = self.d_ratio
+        t = log1p_exp(math.log1p(-min(d, 0.5)) - la if d else -la) / lam
+        if d:
+            t = min(t, 1.0 / d - 1.0)
+            # G(t) + (t + 1) * d is convex and increasing: Newton from the right walks down.
+            for _ in range(100):
+                x = t * lam
+                if x <= 0.0:
+                    return 0.0
+                log_growth = math.log(math.expm1(x)) if x < 700.0 else x
+                h = math.exp(min(log_growth + la, 700.0)) + (t + 1.0) * d - 1.0
+                if h <= 0.0:
+                    break
+                step = h / (math.exp(min(x + la, 700.0)) * lam + d)
+                t -= step
+                if step < 0.25 or step < t * 1e-15:
+                    break
+        return max(t, 0.0)
+
+    def uncapped(self) -> int:
+        """The answer when it is below the cap: ``C(0) <= budget < C(k)`` is known."""
+        lo, hi = 0, self.k  # fits at lo, does not at hi
+        guess = self.estimate()
+        n = min(hi - 1, math.floor(guess)) if guess < hi else hi - 1
+        if n > lo:
+            if self.fits(n):
+                lo = n
             else:
-                h = _geometric_sum(base, factor, t) + (t + 1.0) * duration - budget
-                slope = math.exp(_LOG_MAX - 1.0) * log_f / r + duration
-            if h <= 0.0:
-                break
-            step = h / slope
-            t = max(0.0, t - step)
-            if step < 0.25:
-                break
-        # Newton from the right never passes the root: t >= root, so floor(t) + 1 > root
-        # and, unless t is within rounding of a whole number, floor(t) is the answer as
-        # soon as it fits.
-        whole = min(k, math.floor(t))
-        slack = _REL_TOL * max(1.0, t)
-        if (
-            t - whole > slack
-            and whole + 1 - t > slack
-            and _excess(base, factor, whole, duration, budget) <= 0.0
-        ):
-            return whole
-    elif t < k:
-        # Without the attempts' time, t is accurate to ~1e-13 relative: unless it is within
-        # rounding of a whole number, its floor is the answer and needs no checking.
-        whole = math.floor(t)
-        slack = _REL_TOL * max(1.0, t)
-        if t - whole > slack and whole + 1 - t > slack:
-            return whole
-    n = max(0, min(k, math.floor(t)))
-    for _ in range(_MAX_CORRECTIONS):
-        if n > 0 and _excess(base, factor, n, duration, budget) > 0.0:
-            n -= 1
-        elif n < k and _excess(base, factor, n + 1, duration, budget) <= 0.0:
-            n += 1
+                hi = n
+        step = 1
+        if lo == n or n <= 0:
+            while lo + step < hi:  # gallop up from the last count that fits
+                if self.fits(lo + step):
+                    lo += step
+                    step *= 2
+                else:
+                    hi = lo + step
+                    break
         else:
-            break
-    return n
+            while hi - step > lo:  # gallop down from the first count that does not
+                if self.fits(hi - step):
+                    lo = hi - step
+                    break
+                hi -= step
+                step *= 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+
+# -- the solver --------------------------------------------------------------------------
 
 
 def compute_max_attempts(
@@ -286,17 +659,24 @@ def compute_max_attempts(
     cap: float,
     attempt_duration: float = 0.0,
 ) -> int:
-    """Largest number of retries whose total nominal delay fits within ``budget``.
+    """Largest number of retries whose nominal delays and attempts fit in ``budget``, exactly.
 
-    Returns the largest ``n`` such that the first ``n`` nominal delays plus ``n + 1``
-    attempts of ``attempt_duration`` seconds fit::
+    Returns the largest ``n`` such that the exact (rational) sum of the first ``n`` float
+    delays of :func:`nominal_delay` (``cap`` where ``factor ** k`` raises
+    ``OverflowError``, else ``min(cap, base * factor ** k)`` in Python floats) plus the
+    exact product ``(n + 1) * attempt_duration`` is at most ``budget``, compared exactly::
 
         S(n) + (n + 1) * attempt_duration <= budget
 
-    and 0 when ``budget <= 0`` (or when not even the first attempt fits). Constant time
-    whatever ``n`` is: the geometric part is inverted with a logarithm and the capped part
-    with one exact rational division. Exact whenever the partial sums are exactly
-    representable (``compute_max_attempts(63, 1, 2, 60) == 6``, since ``1+2+4+8+16+32 == 63``).
+    and 0 when ``budget <= 0`` or not even the first attempt fits. Exact on every finite
+    input, with no tolerance: ``compute_max_attempts(63, 1, 2, 60) == 6`` since
+    ``1 + 2 + 4 + 8 + 16 + 32 == 63``, and one ulp less affords 5. An ``int`` budget is
+    taken exactly, even beyond the float range (``10**309``).
+
+    Constant time whatever ``n`` is: the geometric part is inverted with a logarithm, the
+    capped part with one exact integer division. Only a budget within about ``3.6e-15``
+    (relative) of a partial sum makes it sum float delays, the largest first, until the
+    answer is certain: usually a few dozen, never more than ``2**20``.
 
     Example:
         >>> compute_max_attempts(300, base=1, factor=2, cap=60)
@@ -305,73 +685,126 @@ def compute_max_attempts(
         21604
 
     Raises:
-        ValueError: for a non-finite budget, a non-finite or negative ``attempt_duration``,
-            or bad delay parameters (see :func:`backoff_delays`).
+        ValueError: naming the argument, for a non-finite budget, a non-finite or negative
+            ``attempt_duration``, bad delay parameters (see :func:`backoff_delays`); or for
+            a budget so close to a partial sum of more than ``2**20`` delays below the cap
+            that only summing them all could tell which side of it the budget lies on.
     """
-    _check(base, factor, cap)
-    if math.isnan(budget) or budget == math.inf:
-        raise ValueError(f"budget must be a finite number of seconds, got {budget!r}")
-    if not math.isfinite(attempt_duration) or attempt_duration < 0:
-        raise ValueError(f"attempt_duration must be a finite number >= 0, got {attempt_duration!r}")
-    budget, base, factor, cap = float(budget), float(base), float(factor), float(cap)
-    duration = float(attempt_duration)
-    if budget <= 0 or duration > budget:
+    base, factor, cap = _params(base, factor, cap)
+    duration = _duration(attempt_duration)
+    limit = _budget(budget)
+    if limit <= 0 or duration > limit:
         return 0
-    k = _capped_index(base, factor, cap)
-    s_k = _geometric_sum(base, factor, k)
-    if s_k == math.inf:
-        return _uncapped_count(budget, base, factor, k, duration)
-    fixed = (k + 1) * duration
-    per = cap + duration
-    left = budget - s_k - fixed
-    # How far off `left` can be: the budget is exact, the closed form and product are not.
-    slack = _REL_TOL * (s_k + fixed) + 4 * math.ulp(budget)
-    if left < -slack:
-        return _uncapped_count(budget, base, factor, k, duration)
-    if left > slack:
-        # Past the cap every further retry costs exactly cap + duration: one division.
-        q = left / per
-        if q >= _FLOAT_INTS:
-            # Beyond float integers: divide exactly. The prefix's own rounding (~1e-16 of
-            # S(k)) could only matter were the quotient that close to a whole number, far
-            # below what a budget this large is known to; its float is used as it is.
-            return _exact_count(budget, base, factor, cap, duration, k, s_k, exact_prefix=False)
-        whole = math.floor(q)
-        margin = slack / per + 4 * math.ulp(q)
-        if q - whole > margin and whole + 1 - q > margin:
-            return k + whole
-    # Near a boundary: decide it exactly, over the delays themselves.
-    return _exact_count(budget, base, factor, cap, duration, k, s_k, exact_prefix=True)
+    lam = math.log1p(factor - 1.0)
+    if base >= cap:  # every delay is the cap: one exact division
+        tail = _tail_in_integers(limit, cap, duration, 0, 0, 0, 0)
+        assert tail is not None
+        return tail
 
+    # k, the capped index: estimated from logarithms, checked on the float delays (d(k - 1)
+    # below the cap, d(k) not); a miss (factor within ~1e-12 of 1) searches.
+    span = math.log(cap) - math.log(base)
+    k = math.ceil((span if span < _LOG_MAX else _LOG_MAX) / lam)
+    try:
+        power = factor ** (k - 1)
+        last = base * power
+        found = last < cap
+    except OverflowError:
+        found = False
+    if found and k * lam < _LOG_2_1024:  # past it factor**k overflows: d(k) is the cap
+        with contextlib.suppress(OverflowError):
+            found = base * factor**k >= cap
+    if not found:
+        k = _capped_index(base, factor, cap, lam)
+        power = factor ** (k - 1)
+        last = base * power
 
-def _exact_count(
-    budget: float,
-    base: float,
-    factor: float,
-    cap: float,
-    duration: float,
-    k: int,
-    s_k: float,
-    *,
-    exact_prefix: bool,
-) -> int:
-    """The capped-tail division in exact integer arithmetic (floats are dyadic rationals).
-
-    With ``exact_prefix`` the sum of the delays below the cap is taken exactly too (when
-    there are at most ``_EXACT_TERMS`` of them); otherwise its float ``s_k`` is used.
-    """
-    if exact_prefix and k <= _EXACT_TERMS:
-        spent = _dyadic_sum([_raw(base, factor, i) for i in range(k)])
+    # S(k) = G(k - 1) + d(k - 1), bracketed: within eta (relative) of head.
+    eta = 0.0
+    if k == 1:
+        head = last  # one float delay: exact
     else:
-        spent = s_k.as_integer_ratio()
-    (b, b_den), (c, c_den), (d, d_den) = (
-        budget.as_integer_ratio(),
-        cap.as_integer_ratio(),
-        duration.as_integer_ratio(),
-    )
-    spent_num, spent_den = spent
-    den = max(b_den, c_den, d_den, spent_den)
-    left = b * (den // b_den) - spent_num * (den // spent_den) - (k + 1) * d * (den // d_den)
-    if left < 0:
-        return _uncapped_count(budget, base, factor, k, duration)
-    return k + left // (c * (den // c_den) + d * (den // d_den))
+        x = (k - 1) * lam
+        r = factor - 1.0
+        # The same two roundings as _geometric; base * (power - 1) < d(k - 1) is in range.
+        g = base * (power - 1.0) / r if x > _LN2 else base * (math.expm1(x) / r)
+        head = g + last
+        eta = _eta(k - 1, lam) + _U
+    subnormal = base < _MIN_NORMAL
+    if subnormal or not head < 2.0**1020:  # out of the plain float range: rebuild exactly
+        m, e, eta = _head_at_cap(k, base, factor, lam)
+        head = math.ldexp(m, e) if e <= 1020 else _INF
+    else:
+        m, e = math.frexp(head)
+
+    if type(limit) is float and head < _INF:
+        # The capped tail in floats, every rounding bounded: |room - exact room| <= err
+        # (the bracket of S(k); the product, k + 1 past 2**53, both subtractions and the
+        # ends below; underflow). Decides unless the budget is within err of a boundary.
+        fixed = (k + 1) * duration
+        room = limit - head - fixed
+        err = eta * head + 4 * _U * (limit + head + fixed) + 2 * _U * fixed + 8 * _TINY
+        if subnormal:
+            err += k * _TINY  # each subnormal delay rounds by up to half of it
+        if room + err < 0:
+            return _Problem(limit, base, factor, cap, duration, k, lam).uncapped()
+        if room - err >= 0:
+            per = cap + duration
+            q_lo = (room - err) / per * (1 - 3 * _U)
+            q_hi = (room + err) / per * (1 + 3 * _U)
+            if q_hi < _FLOAT_INTS:
+                whole = math.floor(q_lo)
+                if whole == math.floor(q_hi):
+                    return k + whole
+    elif type(limit) is float and e > 1025:  # S(k) >= 2**1024 exceeds every float budget
+        return _Problem(limit, base, factor, cap, duration, k, lam).uncapped()
+
+    # The same bracket of S(k) in exact integers: decides unless within it of a boundary.
+    low, high = int(math.ldexp(m * (1.0 - eta), 60)), int(math.ldexp(m * (1.0 + eta), 60)) + 1
+    exp = e - 60
+    if subnormal:  # and k half units (2**-1075) either way
+        if exp > -1075:
+            low, high, exp = low << (exp + 1075), high << (exp + 1075), -1075
+        low, high = low - (k << (-1075 - exp)), high + (k << (-1075 - exp))
+    tail = _tail_in_integers(limit, cap, duration, k, low, high, exp)
+    problem = None
+    if tail is None:  # the budget is within float error of a boundary: sum delays exactly
+        problem = _Problem(limit, base, factor, cap, duration, k, lam)
+        tail = problem.tail_exactly()
+    if tail >= 0:
+        return k + tail
+    problem = problem or _Problem(limit, base, factor, cap, duration, k, lam)
+    return problem.uncapped()
+
+
+# Up to this many delays below the cap, total_delay sums them exactly (correctly rounded).
+_EXACT_TOTAL = 4096
+
+
+def total_delay(n: int, base: float, factor: float, cap: float) -> float:
+    """Sum of the first ``n`` nominal delays, ``S(n)``, as a float, in (nearly) constant time.
+
+    Correctly rounded when at most 4096 delays are below the cap (it sums them exactly),
+    else within ``3.6e-15`` (relative) of the exact sum (closed form). Never raises
+    ``OverflowError``: a sum past the float range is ``inf``. ``total_delay(1, 1e9, 1e300,
+    2e9) == 1e9``.
+    """
+    b, f, c = _params(base, factor, cap)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n!r}")
+    lam = math.log1p(f - 1.0)
+    k = _capped_index(b, f, c, lam)
+    head = min(n, k)
+    try:
+        if head <= _EXACT_TOTAL:
+            units = _window(b, f, 0, head) + (n - head) * _units(c)
+            return units / (1 << _UNITS)  # int / int: correctly rounded
+        cn, cd = c.as_integer_ratio()
+        tail = (n - head) * cn / cd
+        if head == k:
+            m, e, _ = _head_at_cap(k, b, f, lam)
+        else:
+            m, e = _geometric(head, f, lam, b, f - 1.0)
+        return (math.ldexp(m, e) if e < 1030 else math.inf) + tail
+    except OverflowError:
+        return math.inf

@@ -1,34 +1,40 @@
-"""Tests of :mod:`tenacity_budget.solver`: nominal delays and the closed-form budget solver.
+"""Tests of :mod:`tenacity_budget.solver`: nominal delays and the exact budget solver.
 
 The solver is checked against slow references written here, not against itself:
 
-* :func:`reference_max_attempts` is the definition in exact rational arithmetic: it walks the
-  nominal delays below the cap one by one (``Fraction`` sums, no rounding) and counts the
-  capped tail with one exact division, since every retry past the cap costs exactly
-  ``cap + attempt_duration``. :func:`brute_force_max_attempts` (a pure summing loop, no
-  division at all) checks that shortcut on small answers.
-* :func:`decimal_max_attempts` evaluates the geometric sum in 80-digit decimals and bisects,
-  so it reaches answers of ``10**12`` and more below the cap (a factor a hair above 1), where
-  a walk would never end.
-
-A comparison is skipped only where float rounding cannot honestly decide: the budget lies
-within ``1e-9`` (relative) of the partial sum on either side of the answer.
+* :func:`reference_delays` is the definition, literally: the delay before retry ``k`` is
+  ``cap`` if the float power ``factor ** k`` raises ``OverflowError``, else
+  ``min(cap, base * factor ** k)`` in floats.
+* :func:`reference_max_attempts` is the budget solver's definition in exact rational
+  arithmetic: it walks the float delays below the cap one by one (``Fraction`` sums, no
+  rounding) and counts the capped tail with one exact division, since every retry past the
+  cap costs exactly ``cap + attempt_duration`` (the closed form over the capped tail:
+  ``S(k)`` exact plus ``(n - k) * cap`` exact). :func:`brute_force_max_attempts` (a pure
+  summing loop, no division at all) checks that shortcut on small answers.
+* :func:`exact_cost` is the exact cost of ``n`` retries, the same way; budgets exactly at
+  it and one ulp either side of it are where an inexact solver goes wrong.
+* :func:`decimal_max_attempts` evaluates the *real* geometric sum in 80-digit decimals and
+  bisects, so it reaches answers of ``10**9`` and more below the cap, where no walk ends. The
+  float delays differ from the real terms by a few ulps, so it is compared only where the
+  budget is not within ``1e-9`` of a boundary; everything else is compared exactly.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tenacity_budget import (
+    BackoffPolicy,
     backoff_delays,
     capped_index,
     compute_max_attempts,
@@ -36,23 +42,32 @@ from tenacity_budget import (
     total_delay,
 )
 
-# Relative distance to a boundary partial sum under which float rounding may decide either
-# way (the solver's float estimates are accurate to a few ulps, about 1e-15).
-UNDECIDABLE = Fraction(1, 10**9)
+MAX = sys.float_info.max
+TINY = 5e-324  # the smallest subnormal
+MIN_NORMAL = sys.float_info.min
 
 
 # -- slow references ---------------------------------------------------------------------
 
 
-def reference_delays(base: float, factor: float, cap: float) -> Iterator[float]:
-    """The nominal delays by definition, ``min(cap, base * factor**n)`` for n = 0, 1, ...
+def definition_delay(k: int, base: float, factor: float, cap: float) -> float:
+    """The delay before retry ``k``, word for word as the definition states it."""
+    try:
+        power = factor**k
+    except OverflowError:
+        return cap
+    return min(cap, base * power)
 
-    Once a delay equals the cap every later one is the cap (the powers only grow), so no
-    power past that point is computed (it could overflow).
+
+def reference_delays(base: float, factor: float, cap: float) -> Iterator[float]:
+    """The nominal delays by definition, for k = 0, 1, ...
+
+    Once a delay equals the cap every later one is the cap (the float powers only grow), so
+    no power past that point is computed.
     """
     n = 0
     while True:
-        delay = min(cap, base * factor**n)
+        delay = definition_delay(n, base, factor, cap)
         if delay == cap:
             break
         yield delay
@@ -74,15 +89,9 @@ class Boundary:
     below: Fraction | None
     above: Fraction
 
-    def undecidable(self, budget: float) -> bool:
-        """Whether ``budget`` is so close to a boundary cost that rounding may decide."""
-        tolerance = abs(Fraction(budget)) * UNDECIDABLE
-        near_below = self.below is not None and Fraction(budget) - self.below <= tolerance
-        return near_below or self.above - Fraction(budget) <= tolerance
-
 
 def reference_max_attempts(
-    budget: float, base: float, factor: float, cap: float, attempt_duration: float = 0.0
+    budget: float | int, base: float, factor: float, cap: float, attempt_duration: float = 0.0
 ) -> Boundary:
     """Largest n with ``S(n) + (n + 1) * attempt_duration <= budget``, exactly.
 
@@ -91,11 +100,10 @@ def reference_max_attempts(
     """
     limit, duration = Fraction(budget), Fraction(attempt_duration)
     cost = duration  # the first attempt, no delay
-    if cost > limit:
+    if cost > limit or limit <= 0:
         return Boundary(0, None, cost)
     n = 0
-    delays = reference_delays(base, factor, cap)
-    for delay in delays:
+    for delay in reference_delays(base, factor, cap):
         if delay == cap:
             break
         following = cost + Fraction(delay) + duration
@@ -105,6 +113,17 @@ def reference_max_attempts(
     step = Fraction(cap) + duration
     tail = int((limit - cost) // step)
     return Boundary(n + tail, cost + tail * step, cost + (tail + 1) * step)
+
+
+def exact_cost(n: int, base: float, factor: float, cap: float, attempt_duration: float) -> Fraction:
+    """``S(n) + (n + 1) * attempt_duration`` exactly: the float delays summed as rationals."""
+    below_cap = itertools.takewhile(lambda d: d != cap, reference_delays(base, factor, cap))
+    head = list(itertools.islice(below_cap, min(n, sys.maxsize)))
+    return (
+        sum(map(Fraction, head), Fraction(0))
+        + (n - len(head)) * Fraction(cap)
+        + (n + 1) * Fraction(attempt_duration)
+    )
 
 
 def brute_force_max_attempts(
@@ -124,17 +143,10 @@ def brute_force_max_attempts(
 
 
 def float_capped_index(base: float, factor: float, cap: float) -> int:
-    """Smallest k with ``base * factor**k >= cap``, by bisection on that float predicate."""
+    """Smallest k whose delay is the cap, by bisection on the definition's predicate."""
 
     def reached(k: int) -> bool:
-        try:
-            return base * factor**k >= cap
-        except OverflowError:  # factor**k alone is too big for a float; split the power
-            half = k // 2
-            try:
-                return base * factor**half * factor ** (k - half) >= cap
-            except OverflowError:
-                return True
+        return definition_delay(k, base, factor, cap) == cap
 
     if reached(0):
         return 0
@@ -197,7 +209,125 @@ def decimal_undecidable(budget: float, below: Decimal, above: Decimal) -> bool:
         return (below >= 0 and limit - below <= tolerance) or above - limit <= tolerance
 
 
-# -- the examples the issue fixes ----------------------------------------------------------
+def near(cost: Fraction, side: int) -> float | None:
+    """The float nearest ``cost`` (``side == 0``), or the float one ulp below/above it."""
+    if cost > Fraction(MAX) or cost < 0:
+        return None
+    nearest = float(cost)
+    if side == 0:
+        return nearest
+    return math.nextafter(nearest, math.inf if side > 0 else -math.inf)
+
+
+# -- the issue's cases -----------------------------------------------------------------------
+
+ISSUE_CASES = [
+    # (args, the exact answer): today's solver returned 958, 1, 64, 45, OverflowError, 412,
+    # 2666 and 731.
+    ((100, 1e-306, 2, 60, 30), 2),
+    ((1e12, 1e9, 1e300, 2e9), 500),
+    (
+        (
+            3.3623008167629866e299,
+            1.2385086827331192e-193,
+            1.000000000000001,
+            1.8659296150597552e60,
+            1.242076400725152e296,
+        ),
+        2706,
+    ),
+    (
+        (3.3372117570494043e283, 1.79e-211, 1.0000000007249579, 2.87e-190, 7.100450546913626e281),
+        46,
+    ),
+    ((1.5e308, 1.5e306, 3, 1.3e308, 1), 4),
+    ((5.0952364962085985, 0.01, 1.001, 50.896777613142916), 411),
+    ((268.1457858812036, 0.1, 1.0000040521554148, 3.84e189), 2667),
+    ((23875094.02853341, 0.11048075672548034, 1.1, 39341.0027613904), 730),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), ISSUE_CASES)
+def test_issue_cases_are_exact(args: tuple[float, ...], expected: int) -> None:
+    assert compute_max_attempts(*args) == expected
+    # and the independent references agree (the issue checked against two as well)
+    assert reference_max_attempts(*args).answer == expected
+    assert brute_force_max_attempts(*args) == expected
+
+
+@pytest.mark.parametrize(("args", "expected"), ISSUE_CASES)
+def test_issue_cases_one_ulp_either_side(args: tuple[float, ...], expected: int) -> None:
+    """The budget moved to the float at, just below and just above each boundary cost."""
+    base, factor, cap = (float(p) for p in args[1:4])
+    duration = float(args[4]) if len(args) > 4 else 0.0
+    for n in (expected, expected + 1):
+        cost = exact_cost(n, base, factor, cap, duration)
+        for side in (-1, 0, 1):
+            probe = near(cost, side)
+            if probe is None:
+                continue
+            want = reference_max_attempts(probe, base, factor, cap, duration).answer
+            assert compute_max_attempts(probe, base, factor, cap, duration) == want
+
+
+def test_total_delay_at_the_extremes() -> None:
+    # factor**1 * 1e9 overflows to inf: the second delay is the cap, the first is 1e9.
+    assert total_delay(1, 1e9, 1e300, 2e9) == 1e9
+    assert total_delay(2, 1e9, 1e300, 2e9) == 3e9
+    assert total_delay(500, 1e9, 1e300, 2e9) == 1e9 + 499 * 2e9
+    # a sum past the float range is inf, never OverflowError
+    assert total_delay(5, 1.5e306, 3, 1.3e308) == math.inf
+    assert total_delay(10**700, 1.0, 2.0, 60.0) == math.inf
+    four = list(backoff_delays(1.5e306, 3, 1.3e308, 4))
+    assert total_delay(4, 1.5e306, 3, 1.3e308) == float(sum(map(Fraction, four)))
+
+
+def test_int_budget_beyond_float_range_is_exact() -> None:
+    for budget in (10**309, 10**309 + 1, 2**1100 - 1, 10**400):
+        for params in (
+            (1.0, 2.0, 60.0, 0.0),
+            (1e300, 1.5, 1.7e308, 1e305),
+            (5e-324, 2.0, 1.0, 0.0),
+        ):
+            expected = reference_max_attempts(budget, *params).answer
+            assert compute_max_attempts(budget, *params) == expected
+    assert compute_max_attempts(10**309, 1, 2, 60) == (10**309 - 63) // 60 + 6
+    # ints past 2**53 are taken exactly, not rounded to a float first
+    assert compute_max_attempts(2**60 + 1, 1.0, 2.0, 1.0) == 2**60 + 1
+    assert compute_max_attempts(2**60 + 1, 3.0, 2.0, 3.0) == (2**60 + 1) // 3
+
+
+def test_near_max_policy_is_valid_with_four_retries() -> None:
+    # delays 1.5e306, 4.5e306, 1.35e307, 4.05e307 sum to 6e307; the fifth, 1.215e308, does not fit
+    assert compute_max_attempts(1.5e308, 1.5e306, 3, 1.3e308, 1) == 4
+    policy = BackoffPolicy(
+        base=1.5e306, factor=3, cap=1.3e308, max_elapsed=1.5e308, attempt_duration=1
+    )
+    assert policy.max_attempts() == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("base", 10**400), ("factor", 10**400), ("cap", 10**400), ("attempt_duration", 10**400)],
+)
+def test_ints_beyond_float_range_are_value_errors_naming_the_argument(
+    name: str, value: int
+) -> None:
+    args: dict[str, object] = {"budget": 300, "base": 1, "factor": 2, "cap": 60}
+    args[name] = value
+    with pytest.raises(ValueError, match=name):
+        compute_max_attempts(**args)  # type: ignore[arg-type]
+
+
+def test_undecidable_in_bounded_work_is_a_value_error_naming_the_budget() -> None:
+    # 2.4e17 delays below the cap (factor one ulp above 1): the budget lies within float
+    # rounding of the capped tail's boundaries, and only summing them all could tell. The
+    # solver says so instead of running for years or guessing.
+    with pytest.raises(ValueError, match="budget"):
+        compute_max_attempts(1e300, 5e-324, 1 + 2**-52, 1e-300)
+
+
+# -- the examples the earlier issues fixed -------------------------------------------------
 
 
 def test_exactly_representable_example_is_exact() -> None:
@@ -239,12 +369,15 @@ def test_astronomical_answers_are_exact_ints_without_overflow() -> None:
     assert with_prefix == reference_max_attempts(1e300, 1e-3, 2.0, 1.0, 0.5).answer
     assert with_prefix > 10**299
 
+    ratio_pair = compute_max_attempts(1e300, 1e-300, 1.5, 1e10)
+    assert ratio_pair == reference_max_attempts(1e300, 1e-300, 1.5, 1e10).answer
+
 
 @pytest.mark.parametrize(
     ("budget", "base", "factor", "cap", "duration"),
     [
         # 10**9 and more delays below the cap: only a closed form can answer these.
-        (1e300, 1e-300, 1.0 + 1e-7, 1e300, 0.0),
+        (1e15, 1e-300, 1.0 + 1e-7, 1e300, 0.0),
         (1e12, 1e-300, 1.0 + 1e-6, 1e300, 0.0),
         (3e7, 1e-6, 1.0 + 3e-8, 1e3, 0.0),
         (1e5, 1e-300, 1.000001, 1e5, 0.7),
@@ -258,8 +391,18 @@ def test_huge_answers_below_the_cap_agree_with_decimal_reference(
     assert compute_max_attempts(budget, base, factor, cap, duration) == expected
 
 
+def test_a_power_past_the_float_range_is_the_cap_in_the_count() -> None:
+    # 1.0000001**k overflows from k = 7097827480 on: by the definition those delays are the
+    # cap (1e300), though 1e-300 * 1.0000001**k would still be far below it. The 7.1e9
+    # delays before it sum to about 1.8e15, so a budget of 1e300 affords exactly them.
+    k = float_capped_index(1e-300, 1.0 + 1e-7, 1e300)
+    assert k == capped_index(1e-300, 1.0 + 1e-7, 1e300) == 7_097_827_480
+    assert compute_max_attempts(1e300, 1e-300, 1.0 + 1e-7, 1e300) == k
+    assert total_delay(k, 1e-300, 1.0 + 1e-7, 1e300) == pytest.approx(1.79e15, rel=0.01)
+
+
 def test_zero_or_negative_budget_affords_nothing() -> None:
-    for budget in (0, 0.0, -0.0, -1e-300, -1.0, -1e300):
+    for budget in (0, 0.0, -0.0, -1e-300, -1.0, -1e300, -(10**400)):
         assert compute_max_attempts(budget, 1, 2, 60) == 0
     # A budget that does not cover even the first attempt affords no retry.
     assert compute_max_attempts(1.0, 1, 2, 60, attempt_duration=2.0) == 0
@@ -333,7 +476,161 @@ def test_exact_on_exactly_representable_partial_sums(
     assert wrong == [], "(budget, got, expected) where the exact answer is known"
 
 
-# -- the solver against the references ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("base", "factor", "cap", "duration", "n"),
+    [
+        # Thousands of delays below the cap, nearly equal: the budget one ulp from a partial
+        # sum can only be decided by summing (most of) them exactly.
+        (0.1, 1.0000040521554148, 3.84e189, 0.0, 2667),
+        (0.01, 1.001, 1e10, 0.0, 3000),
+        (1e-3, 1.0 + 2**-52, 1.0, 0.0, 2500),
+        (1.0, 1.0 + 5 * 2**-52, 1e300, 1e-3, 2000),
+        (TINY, 1.001, 1e-300, 0.0, 1500),  # subnormal delays, rounded to whole units
+        (1e-310, 1.01, 1e-290, 3e-320, 900),
+        (1e300, 1.0 + 2**-40, 1.7e308, 1e300, 1200),
+    ],
+)
+def test_one_ulp_from_a_partial_sum_of_thousands_of_delays(
+    base: float, factor: float, cap: float, duration: float, n: int
+) -> None:
+    for m in (n - 1, n, n + 1):
+        cost = exact_cost(m, base, factor, cap, duration)
+        for side in (-1, 0, 1):
+            budget = near(cost, side)
+            assert budget is not None
+            expected = reference_max_attempts(budget, base, factor, cap, duration).answer
+            assert expected in (m - 1, m, m + 1)
+            assert compute_max_attempts(budget, base, factor, cap, duration) == expected
+
+
+# -- the solver against the references over the whole float range ---------------------------
+
+
+def _raw(k: int, base: float, factor: float) -> float:
+    """``base * factor**k`` in floats, ``inf`` where it overflows (the cap-free delay)."""
+    try:
+        return base * factor**k
+    except OverflowError:
+        return math.inf
+
+
+positive_floats = st.one_of(
+    st.floats(TINY, MIN_NORMAL),  # subnormals
+    st.floats(1e-300, 1e300),
+    st.floats(MIN_NORMAL, MAX),
+    st.sampled_from([TINY, 1e-320, 1e-310, 0.001, 0.1, 1.0, 60.0, 1e300, 1.5e306, MAX]),
+)
+factors = st.one_of(
+    st.integers(1, 4).map(lambda ulps: 1.0 + ulps * 2**-52),  # within 1e-15 of 1
+    st.floats(1.0 + 2**-52, 1.0 + 1e-12),
+    st.floats(1.0 + 1e-12, 1.001),
+    st.floats(1.001, 2.0),
+    st.floats(2.0, 10.0),
+    st.floats(10.0, 1e300),
+    st.sampled_from([1.5, 2.0, 3.0, 1e300, MAX]),
+)
+durations = st.one_of(
+    st.just(0.0),
+    st.floats(0.0, 1e300),
+    st.floats(TINY, MIN_NORMAL),
+    st.sampled_from([TINY, 0.5, 1.0, 30.0, 1e300]),
+)
+
+
+@st.composite
+def solver_problems(draw: st.DrawFn) -> tuple[float | int, float, float, float, float]:
+    """(budget, base, factor, cap, attempt_duration) over the whole float range.
+
+    The cap is drawn so that at most a few hundred delays lie below it (the references walk
+    them); the budget is drawn anywhere, or exactly at / one ulp either side of the exact cost
+    of some number of retries (before the cap, at it, or far past it), or as an int (also
+    beyond the float range).
+    """
+    base = draw(positive_floats)
+    factor = draw(factors)
+    below = draw(st.integers(0, 300))
+    # the cap lies in (raw(below - 1), raw(below)], so exactly `below` delays precede it
+    first = _raw(below - 1, base, factor) if below else 0.0
+    while below and first == math.inf:  # past the float range: fewer delays precede the cap
+        below -= 1
+        first = _raw(below - 1, base, factor) if below else 0.0
+    ceiling = min(_raw(below, base, factor), MAX)
+    floor_ = math.nextafter(first, math.inf)
+    # (no float strictly between: then the cap is raw(below - 1) itself, one delay fewer)
+    cap = draw(st.floats(floor_, ceiling)) if floor_ <= ceiling else ceiling
+    duration = draw(durations)
+    where = draw(st.sampled_from(["anywhere", "near", "near", "near", "int"]))
+    if where == "anywhere":
+        budget: float | int = draw(st.one_of(st.floats(-10.0, MAX), positive_floats))
+    elif where == "int":
+        budget = draw(
+            st.one_of(st.integers(-10, 10**6), st.integers(2**53, 2**70), st.just(10**309))
+        )
+    else:
+        n = draw(
+            st.one_of(st.integers(0, below + 3), st.integers(0, 10**6), st.integers(0, 10**300))
+        )
+        cost = exact_cost(n, base, factor, cap, duration)
+        candidate = near(cost, draw(st.sampled_from([-1, 0, 1])))
+        budget = candidate if candidate is not None else draw(positive_floats)
+    return budget, base, factor, cap, duration
+
+
+@settings(max_examples=600, deadline=None)
+@given(solver_problems())
+@example((100, 1e-306, 2.0, 60.0, 30.0))
+@example((1.5e308, 1.5e306, 3.0, 1.3e308, 1.0))
+@example((1e12, 1e9, 1e300, 2e9, 0.0))
+def test_exact_against_the_reference_over_the_float_range(
+    problem: tuple[float | int, float, float, float, float],
+) -> None:
+    budget, base, factor, cap, duration = problem
+    expected = reference_max_attempts(budget, base, factor, cap, duration).answer
+    got = compute_max_attempts(budget, base, factor, cap, attempt_duration=duration)
+    assert type(got) is int
+    assert got == expected
+
+
+@st.composite
+def solver_inputs(draw: st.DrawFn) -> tuple[float, float, float, float, float]:
+    """(budget, base, factor, cap, attempt_duration) with few delays below the cap.
+
+    The budget is either anywhere (up to 1e300, so answers are often astronomical) or close
+    (1e-8 .. 0.3 relative) to one of the partial sums, where off-by-one errors live.
+    """
+    base = draw(st.floats(1e-4, 1e3))
+    factor = draw(
+        st.one_of(
+            st.floats(1.001, 1.1),
+            st.floats(1.1, 10.0),
+            st.sampled_from([1.25, 1.5, 2.0, 3.0]),
+        )
+    )
+    below_cap = draw(st.integers(0, min(300, int(250 / math.log10(factor)))))
+    cap = base * factor**below_cap * draw(st.floats(0.3, 1.0))
+    duration = draw(st.one_of(st.just(0.0), st.floats(0.0, 100.0)))
+    where = draw(st.sampled_from(["small", "huge", "near"]))
+    if where == "small":
+        budget = draw(st.floats(-10.0, 1e4))
+    elif where == "huge":
+        budget = draw(st.floats(1e4, 1e300))
+    else:
+        n = draw(st.integers(0, below_cap + 20))
+        delays = itertools.islice(reference_delays(base, factor, cap), n)
+        exact = sum((Fraction(d) for d in delays), Fraction(0)) + (n + 1) * Fraction(duration)
+        nudge = draw(st.sampled_from([1e-8, 1e-6, 1e-3, 0.3]))
+        budget = float(exact) * (1.0 + draw(st.sampled_from([-1.0, 1.0])) * nudge)
+    return budget, base, factor, cap, duration
+
+
+@settings(max_examples=300, deadline=None)
+@given(solver_inputs())
+def test_agrees_with_exact_reference(inputs: tuple[float, float, float, float, float]) -> None:
+    budget, base, factor, cap, duration = inputs
+    boundary = reference_max_attempts(budget, base, factor, cap, duration)
+    got = compute_max_attempts(budget, base, factor, cap, attempt_duration=duration)
+    assert type(got) is int
+    assert got == boundary.answer
 
 
 @settings(max_examples=300, deadline=None)
@@ -364,51 +661,6 @@ def test_exact_whenever_a_partial_sum_is_a_float(
 
 
 @st.composite
-def solver_inputs(draw: st.DrawFn) -> tuple[float, float, float, float, float]:
-    """(budget, base, factor, cap, attempt_duration) with few delays below the cap.
-
-    The budget is either anywhere (up to 1e300, so answers are often astronomical) or close
-    (1e-8 .. 0.3 relative, never closer) to one of the partial sums, where off-by-one errors
-    live.
-    """
-    base = draw(st.floats(1e-4, 1e3))
-    factor = draw(
-        st.one_of(
-            st.floats(1.001, 1.1),
-            st.floats(1.1, 10.0),
-            st.sampled_from([1.25, 1.5, 2.0, 3.0]),
-        )
-    )
-    below_cap = draw(st.integers(0, min(300, int(250 / math.log10(factor)))))
-    cap = base * factor**below_cap * draw(st.floats(0.3, 1.0))
-    duration = draw(st.one_of(st.just(0.0), st.floats(0.0, 100.0)))
-    where = draw(st.sampled_from(["small", "huge", "near"]))
-    if where == "small":
-        budget = draw(st.floats(-10.0, 1e4))
-    elif where == "huge":
-        budget = draw(st.floats(1e4, 1e300))
-    else:
-        n = draw(st.integers(0, below_cap + 20))
-        delays = itertools.islice(reference_delays(base, factor, cap), n)
-        exact = sum((Fraction(d) for d in delays), Fraction(0)) + (n + 1) * Fraction(duration)
-        nudge = draw(st.sampled_from([1e-8, 1e-6, 1e-3, 0.3]))
-        budget = float(exact) * (1.0 + draw(st.sampled_from([-1.0, 1.0])) * nudge)
-    return budget, base, factor, cap, duration
-
-
-@settings(max_examples=400, deadline=None)
-@given(solver_inputs())
-def test_agrees_with_exact_reference(inputs: tuple[float, float, float, float, float]) -> None:
-    budget, base, factor, cap, duration = inputs
-    boundary = reference_max_attempts(budget, base, factor, cap, duration)
-    if budget > 0 and boundary.undecidable(budget):
-        return  # float rounding cannot honestly decide this one
-    got = compute_max_attempts(budget, base, factor, cap, attempt_duration=duration)
-    assert type(got) is int
-    assert got == boundary.answer
-
-
-@st.composite
 def huge_prefix_inputs(draw: st.DrawFn) -> tuple[float, float, float, float, float]:
     """Inputs with up to ~10**13 delays below the cap (a factor barely above 1)."""
     base = draw(st.floats(1e-12, 10.0))
@@ -427,7 +679,7 @@ def test_agrees_with_decimal_reference_on_huge_geometric_prefixes(
     budget, base, factor, cap, duration = inputs
     expected, below, above = decimal_max_attempts(budget, base, factor, cap, duration)
     if decimal_undecidable(budget, below, above):
-        return
+        return  # the real geometric sum is not the float delays' sum to 1e-9: no verdict
     assert compute_max_attempts(budget, base, factor, cap, attempt_duration=duration) == expected
 
 
@@ -519,7 +771,7 @@ def test_backoff_delays_refuses_negative_attempts() -> None:
     assert list(backoff_delays(1.0, 2.0, 60.0, 0)) == []
 
 
-# -- backoff_delays ------------------------------------------------------------------------
+# -- nominal delays ------------------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None)
@@ -535,6 +787,22 @@ def test_backoff_delays_is_min_of_cap_and_power(
     delays = list(backoff_delays(base, factor, cap, attempts))
     assert delays == [min(cap, base * factor**n) for n in range(attempts)]
     assert all(type(d) is float for d in delays)
+
+
+@settings(max_examples=300, deadline=None)
+@given(positive_floats, factors, positive_floats, st.integers(0, 3_000))
+def test_every_delay_is_the_definition_over_the_float_range(
+    base: float, factor: float, cap: float, attempts: int
+) -> None:
+    """nominal_delay, backoff_delays and capped_index are the definition, subnormals to MAX."""
+    delays = list(backoff_delays(base, factor, cap, attempts))
+    assert delays == [definition_delay(n, base, factor, cap) for n in range(attempts)]
+    for n in {0, attempts // 2, attempts, attempts + 10**6, 10**20}:
+        assert nominal_delay(n, base, factor, cap) == definition_delay(n, base, factor, cap)
+    k = capped_index(base, factor, cap)
+    assert k == float_capped_index(base, factor, cap)
+    assert definition_delay(k, base, factor, cap) == cap
+    assert k == 0 or definition_delay(k - 1, base, factor, cap) < cap
 
 
 @settings(max_examples=200, deadline=None)
@@ -571,14 +839,23 @@ def test_million_attempts_never_overflow_and_tail_is_exactly_cap() -> None:
     assert tail == [60.0] * 5
 
 
-def test_powers_past_float_range_do_not_overflow() -> None:
+def test_powers_past_float_range_are_the_cap() -> None:
     assert list(backoff_delays(1.0, 1e300, 1e308, 5)) == [1.0, 1e300, 1e308, 1e308, 1e308]
-    # factor**n overflows (2.0**1100) while base * factor**n is an ordinary number.
+    # 2.0**1024 overflows: by the definition that delay is the cap, even though
+    # 1e-300 * 2**1024 would be an ordinary number (the wait sleeps exactly this float).
     delays = list(backoff_delays(1e-300, 2.0, 1e300, 3_000))
-    for n in (0, 500, 1023, 1024, 1100, 1500):
-        assert delays[n] == pytest.approx(min(1e300, math.ldexp(1e-300, n)), rel=1e-12)
+    for n in (0, 500, 1023):
+        assert delays[n] == math.ldexp(1e-300, n)
+    for n in (1024, 1100, 1500):
+        assert delays[n] == 1e300
     assert delays[-1] == 1e300
+    assert capped_index(1e-300, 2.0, 1e300) == 1024
     assert nominal_delay(10**9, 1e-300, 2.0, 1e300) == 1e300
+    assert nominal_delay(1024, 1e-300, 2.0, 1e300) == 1e300
+    # an exponent past the float range (factor**k cannot even convert k): the cap
+    assert nominal_delay(10**400, 1.5, 1.0000001, 7.0) == 7.0
+    # a product that overflows to inf: the cap
+    assert nominal_delay(1, 1e9, 1e300, 2e9) == 2e9
 
 
 def test_backoff_delays_is_lazy() -> None:
@@ -612,6 +889,24 @@ def test_nominal_total_and_capped_index_match_definitions(
     assert all(d < cap for d in itertools.islice(reference_delays(base, factor, cap), k))
 
 
+@settings(max_examples=200, deadline=None)
+@given(positive_floats, factors, st.integers(0, 400), st.integers(0, 10**400))
+def test_total_delay_is_the_correctly_rounded_sum(
+    base: float, factor: float, below: int, more: int
+) -> None:
+    """With at most a few thousand delays below the cap, the float nearest the exact sum."""
+    cap = min(_raw(below, base, factor), MAX)
+    k = capped_index(base, factor, cap)
+    assert k <= below
+    for n in (0, k // 2, k, k + 1, k + more):
+        exact = exact_cost(n, base, factor, cap, 0.0)
+        try:
+            expected = float(exact)
+        except OverflowError:
+            expected = math.inf
+        assert total_delay(n, base, factor, cap) == expected
+
+
 def test_total_delay_of_more_retries_than_floats_can_count() -> None:
     # 1e608 retries of 1e-300 s: the count is past the float range, the total is not.
     n = compute_max_attempts(1.7e308, 5e-324, 1e10, 1e-300)
@@ -619,3 +914,11 @@ def test_total_delay_of_more_retries_than_floats_can_count() -> None:
     total = total_delay(n, 5e-324, 1e10, 1e-300)
     assert math.isfinite(total)
     assert total == pytest.approx(1.7e308, rel=1e-12)
+
+
+def test_total_delay_of_a_huge_prefix_is_the_closed_form() -> None:
+    # 10**6 delays below the cap: not summed, within 3.6e-15 of the exact sum.
+    base, factor = 1e-3, 1.0 + 1e-6
+    n = 10**6
+    expected = Decimal(base) * (Decimal(factor) ** n - 1) / (Decimal(factor) - 1)
+    assert total_delay(n, base, factor, 1e300) == pytest.approx(float(expected), rel=1e-14)
