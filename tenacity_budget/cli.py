@@ -4,10 +4,18 @@ Usage::
 
     tenacity-budget plan                     # the design notes' example policy
     tenacity-budget plan --max-elapsed 2592000 --cap 60 --seed 7
+    tenacity-budget plan --attempt-duration 5 --jitter none
     tenacity-budget plan --jitter none --json
     python -m tenacity_budget plan --help
 
-Bad options exit with status 2 and the validation message, never a traceback.
+Every figure of a row counts what the solver counts: with ``--attempt-duration``, the
+cumulative columns and the budget share include ``attempt_duration`` for each call so far
+(the first call included), exactly as the footer's total does, and the header says so.
+Sums are exact (rational) before they are rounded for display, so no row of an affordable
+retry is ever shown above 100% of the budget.
+
+Any bad input (a non-number, NaN, infinity, a value out of range, a policy the budget
+cannot afford) exits with status 2 and a one-line message on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ import random
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from fractions import Fraction
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -37,6 +46,8 @@ _DEFAULTS: dict[str, Any] = {
     "jitter": "full",
     "attempt_duration": 0.0,
 }
+# --max-rows 0 prints every row, up to this many (a budget can afford 10**300 retries).
+_MAX_ALL_ROWS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +60,11 @@ class PlanRow:
         low, high: the range jitter draws the wait from.
         wait: the wait sampled for this row.
         cumulative: total sampled wait so far.
-        cumulative_nominal: total nominal delay so far (the solver's bound).
-        budget_used: ``cumulative_nominal`` plus this many attempts' ``attempt_duration``,
-            as a fraction of ``max_elapsed``.
+        cumulative_nominal: total nominal delay so far (the exact sum, rounded once).
+        calls: ``attempt_duration`` for each call so far, the first included:
+            ``(retry + 1) * attempt_duration`` (0 without an attempt duration).
+        budget_used: ``cumulative_nominal + calls`` (exactly) as a fraction of
+            ``max_elapsed``: what the solver counts, so at most 1 for every affordable retry.
     """
 
     retry: int
@@ -61,33 +74,43 @@ class PlanRow:
     wait: float
     cumulative: float
     cumulative_nominal: float
+    calls: float
     budget_used: float
 
 
 def plan_rows(policy: BackoffPolicy, rng: random.Random | None = None) -> Iterator[PlanRow]:
     """The schedule of ``policy`` row by row, lazily, sampling waits from ``rng``."""
-    cumulative = cumulative_nominal = 0.0
+    waited = nominal_total = Fraction(0)
+    duration, budget = Fraction(policy.attempt_duration), Fraction(policy.max_elapsed)
     # The sampled waits are exactly the ones a run drawing from ``rng`` would sleep.
     sampled = zip(policy.nominal_delays(), policy.iter_waits(rng), strict=False)
     for index, (nominal, wait) in enumerate(sampled):
-        cumulative += wait
-        cumulative_nominal += nominal
+        waited += Fraction(wait)
+        nominal_total += Fraction(nominal)
+        calls = (index + 2) * duration
         low, high = jitter_bounds(policy.jitter, nominal, policy.base)
-        used = cumulative_nominal + (index + 2) * policy.attempt_duration
         yield PlanRow(
             retry=index + 1,
             nominal=nominal,
             low=low,
             high=high,
             wait=wait,
-            cumulative=cumulative,
-            cumulative_nominal=cumulative_nominal,
-            budget_used=used / policy.max_elapsed,
+            cumulative=float(waited),
+            cumulative_nominal=float(nominal_total),
+            calls=float(calls),
+            budget_used=float((nominal_total + calls) / budget),
         )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line (no usage block): ``prog: error: message``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tenacity-budget",
         description="Retries that respect a deadline: inspect a backoff policy's budget.",
     )
@@ -95,10 +118,13 @@ def _parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         help="print a policy's retry schedule against its budget",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description=(
             "Print one row per affordable retry: nominal delay, jitter range, a sampled "
-            "wait and the cumulative time against the budget; then the affordable retry "
-            "count and total. Defaults: the design notes' example policy."
+            "wait and the cumulative time against the budget (with --attempt-duration, "
+            "the cumulative figures and the budget share also count that long for every "
+            "call so far); then the affordable retry count and total. Defaults: the "
+            "design notes' example policy."
         ),
     )
     plan.add_argument("--base", type=float, default=_DEFAULTS["base"], help="first delay, s")
@@ -108,55 +134,88 @@ def _parser() -> argparse.ArgumentParser:
         "--max-elapsed", type=float, default=_DEFAULTS["max_elapsed"], help="total budget, s"
     )
     plan.add_argument(
-        "--jitter",
-        default=_DEFAULTS["jitter"],
-        help="none, full, equal or decorrelated (default: full)",
+        "--jitter", default=_DEFAULTS["jitter"], help="none, full, equal or decorrelated"
     )
     plan.add_argument(
         "--attempt-duration",
         type=float,
         default=_DEFAULTS["attempt_duration"],
-        help="seconds one attempt takes at most, counted in the budget",
+        help="seconds one attempt takes at most, counted in the budget for every call",
     )
     plan.add_argument("--seed", type=int, default=None, help="seed the sampled waits")
     plan.add_argument(
         "--max-rows",
         type=int,
         default=200,
-        help="rows to print before eliding the rest (default 200; 0 for all)",
+        help=f"rows to print before eliding the rest (0: all, up to {_MAX_ALL_ROWS})",
     )
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
+def _num(x: float, width: int) -> str:
+    """A figure in ``width`` columns: 3 decimals, or 4 significant digits when extreme."""
+    if x == 0 or 1e-3 <= abs(x) < 1e12:
+        return f"{x:>{width}.3f}"
+    return f"{x:>{width}.4g}"
+
+
+def _total(policy: BackoffPolicy) -> float:
+    # The exact total is at most max_elapsed; the closed form of a huge prefix could round a
+    # hair above it, which is not what the solver counted.
+    return min(policy.total_nominal(), policy.max_elapsed)
+
+
+def _totals(policy: BackoffPolicy) -> tuple[float, float, float]:
+    """The whole schedule's nominal delay, its calls' time, and their share of the budget."""
+    total = _total(policy)
+    calls = Fraction(policy.attempt_duration) * (policy.max_attempts() + 1)
+    used = min(Fraction(total) + calls, Fraction(policy.max_elapsed))
+    return total, float(calls), float(used / Fraction(policy.max_elapsed))
+
+
 def _format_table(policy: BackoffPolicy, rows: list[PlanRow], elided: int) -> str:
+    timed = policy.attempt_duration > 0
+    waited, bound = ("waits+calls s", "bound+calls s") if timed else ("cumulative s", "bound s")
     header = (
         f"{'retry':>7}  {'nominal s':>10}  {'jitter range s':>19}  {'wait s':>9}  "
-        f"{'cumulative s':>12}  {'bound s':>10}  {'budget':>7}"
+        f"{waited:>12}  {bound:>10}  {'budget':>7}"
     )
     lines = [
         f"policy: base={policy.base:g} factor={policy.factor:g} cap={policy.cap:g} "
         f"max_elapsed={policy.max_elapsed:g} jitter={policy.jitter} "
         f"attempt_duration={policy.attempt_duration:g}",
-        "",
-        header,
-        "-" * len(header),
     ]
+    if timed:
+        lines.append(
+            f"counted: the delays so far plus {policy.attempt_duration:g} s for each call so "
+            "far (retry + 1 calls), as the budget counts them"
+        )
+    lines += ["", header, "-" * len(header)]
     for row in rows:
         lines.append(
-            f"{row.retry:>7}  {row.nominal:>10.3f}  {row.low:>8.3f} - {row.high:>8.3f}  "
-            f"{row.wait:>9.3f}  {row.cumulative:>12.3f}  {row.cumulative_nominal:>10.3f}  "
+            f"{row.retry:>7}  {_num(row.nominal, 10)}  {_num(row.low, 8)} - "
+            f"{_num(row.high, 8)}  {_num(row.wait, 9)}  "
+            f"{_num(row.cumulative + row.calls, len(waited) if timed else 12)}  "
+            f"{_num(row.cumulative_nominal + row.calls, len(bound) if timed else 10)}  "
             f"{row.budget_used:>6.1%}"
         )
     if elided:
         lines.append(f"{'...':>7}  ({elided} more retries not shown; --max-rows 0 shows all)")
-    total = policy.total_nominal()
-    lines += [
-        "",
-        f"affordable retries: {policy.max_attempts()} (at most {policy.max_attempts() + 1} calls)",
-        f"total nominal delay: {total:.3f} s of {policy.max_elapsed:g} s budget "
-        f"({total / policy.max_elapsed:.1%}); jittered waits never exceed it",
-    ]
+    total, calls, used = _totals(policy)
+    affordable = policy.max_attempts()
+    lines += ["", f"affordable retries: {affordable} (at most {affordable + 1} calls)"]
+    if timed:
+        lines.append(
+            f"total: {_num(total, 0)} s of nominal delay + {affordable + 1} calls x "
+            f"{policy.attempt_duration:g} s = {_num(total + calls, 0)} s of "
+            f"{policy.max_elapsed:g} s budget ({used:.1%}); jittered waits never exceed it"
+        )
+    else:
+        lines.append(
+            f"total nominal delay: {_num(total, 0)} s of {policy.max_elapsed:g} s budget "
+            f"({used:.1%}); jittered waits never exceed it"
+        )
     return "\n".join(lines)
 
 
@@ -167,12 +226,17 @@ def _describe(loc: tuple[int | str, ...], message: str) -> str:
     return f"--{str(loc[0]).replace('_', '-')}: {message}"
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for bad options)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    fail = "tenacity-budget plan: error: "
     if args.max_rows < 0:
-        parser.error("--max-rows must be >= 0")
+        parser.exit(2, f"{fail}--max-rows must be >= 0\n")
     try:
         policy = BackoffPolicy(
             base=args.base,
@@ -184,36 +248,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValidationError as error:
         problems = "; ".join(_describe(e["loc"], e["msg"]) for e in error.errors())
-        parser.exit(2, f"tenacity-budget plan: error: invalid policy: {problems}\n")
-    rng = random.Random(args.seed)
-    limit = args.max_rows or None
-    rows = list(itertools.islice(plan_rows(policy, rng), limit))
-    elided = policy.max_attempts() - len(rows)
+        parser.exit(2, f"{fail}invalid policy: {_one_line(problems)}\n")
+    except (ValueError, TypeError, ArithmeticError) as error:
+        parser.exit(2, f"{fail}invalid policy: {_one_line(str(error))}\n")
+    affordable = policy.max_attempts()
+    if args.max_rows == 0 and affordable > _MAX_ALL_ROWS:
+        parser.exit(
+            2,
+            f"{fail}--max-rows 0 would print {affordable} rows (at most {_MAX_ALL_ROWS}); "
+            "pass a row count\n",
+        )
     try:
-        _emit(policy, rows, elided, args.seed, as_json=args.json)
+        rows = list(
+            itertools.islice(plan_rows(policy, random.Random(args.seed)), args.max_rows or None)
+        )
+        text = _render(policy, rows, affordable - len(rows), args.seed, as_json=args.json)
+    except (ValueError, TypeError, ArithmeticError) as error:  # pragma: no cover - defensive
+        parser.exit(2, f"{fail}cannot plan this policy: {_one_line(str(error))}\n")
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
     except BrokenPipeError:  # e.g. piped into `head`: stop quietly, like other CLIs
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet
     return 0
 
 
-def _emit(
+def _render(
     policy: BackoffPolicy, rows: list[PlanRow], elided: int, seed: int | None, *, as_json: bool
-) -> None:
-    if as_json:
-        document = {
-            "policy": policy.model_dump(mode="json"),
-            "seed": seed,
-            "max_attempts": policy.max_attempts(),
-            "max_calls": policy.max_attempts() + 1,
-            "total_nominal": policy.total_nominal(),
-            "budget": policy.max_elapsed,
-            "rows": [asdict(row) for row in rows],
-            "rows_elided": elided,
-        }
-        json.dump(document, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(_format_table(policy, rows, elided))
+) -> str:
+    if not as_json:
+        return _format_table(policy, rows, elided)
+    total, calls, used = _totals(policy)
+    document = {
+        "policy": policy.model_dump(mode="json"),
+        "seed": seed,
+        "max_attempts": policy.max_attempts(),
+        "max_calls": policy.max_attempts() + 1,
+        "total_nominal": total,
+        "total_calls": calls,
+        "budget_used": used,
+        "budget": policy.max_elapsed,
+        "rows": [asdict(row) for row in rows],
+        "rows_elided": elided,
+    }
+    return json.dumps(document, indent=2, allow_nan=False)
 
 
 if __name__ == "__main__":  # pragma: no cover
