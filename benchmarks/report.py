@@ -1,6 +1,6 @@
 """Render the benchmark results into ``docs/benchmarks.md`` and the contention figures.
 
-Reads ``benchmarks/results/{solver,overhead,memory,contention}.json`` (written by the
+Reads ``benchmarks/results/{solver,overhead,memory,contention,storm}.json`` (written by the
 benchmark commands) and
 
 * replaces every generated block of ``docs/benchmarks.md`` (the lines between
@@ -30,12 +30,23 @@ from typing import Any
 
 from ._common import RESULTS_DIR, fmt_ns
 
-__all__ = ["FIGURES", "blocks", "figures", "main", "render_doc"]
+__all__ = [
+    "FIGURES",
+    "STORM_FIGURES",
+    "blocks",
+    "figures",
+    "main",
+    "render_doc",
+    "storm_blocks",
+    "storm_figures",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 FIGURE_DIR = ROOT / "docs" / "figures"
 FIGURES = ("contention-writes.svg", "contention-time.svg", "contention-budget.svg")
+STORM_FIGURES = ("storm.svg",)
+"""The retry-storm figure, also this script's, in ``docs/figures``."""
 """The figures this script owns, in ``docs/figures``."""
 
 MODE_LABELS = {
@@ -353,6 +364,7 @@ def blocks(results: dict[str, dict[str, Any]]) -> dict[str, str]:
         ),
         "contention-budget": _contention_budget(contention),
         "contention-budget-writes": _contention_budget_writes(contention),
+        **storm_blocks(results["storm"]),
     }
 
 
@@ -454,6 +466,156 @@ def figures(contention: dict[str, Any]) -> dict[str, bytes]:
     return out
 
 
+# -- the retry storm ----------------------------------------------------------------------
+
+STORM_STYLE = {
+    "tenacity": ("#cb181d", "-"),
+    "stamina": ("#fd8d3c", "-"),
+    "policy": ("#6a51a3", "-"),
+    "policy+budget": ("#2171b5", "-"),
+    "tenacity+budget": ("#41ab5d", "--"),
+}
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _storm_params(data: dict[str, Any]) -> str:
+    p, policy = data["params"], data["policy"]
+    verdict = "met" if data["target_met"] else "**not met**"
+    return (
+        f"{p['calls_per_second']:g} calls per second for {p['duration']:g} s; the dependency "
+        f"fails every call from {p['outage_start']:g} s to {p['outage_end']:g} s, then "
+        f"answers every call. Policy: base {policy['base']:g} s, factor {policy['factor']:g}, "
+        f"cap {policy['cap']:g} s, max_elapsed {policy['max_elapsed']:g} s, "
+        f"{policy['jitter']} jitter: `max_attempts()` = {policy['max_attempts']}. Budget: "
+        f"`RetryBudget()` (ratio {p['ratio']:g}, min_per_second {p['min_per_second']:g}, "
+        f"ttl {p['ttl']:g} s). Seed {p['seed']}; simulated in {data['simulated_seconds']:.0f} s."
+        f"\n\nTarget with the budget: at most x{p['bound']:.3g} attempts per call sustained "
+        "(over the outage's whole budget windows once the retries banked before it are spent) "
+        f"and x{p['whole_bound']:.3g} over the whole outage (the bank included), every call "
+        f"after the recovery succeeding: {verdict}.\n"
+    )
+
+
+def _storm_rows(candidates: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            c["label"].replace("|", "\\|"),  # a pipe would end the table cell
+            f"x{c['amplification']:.3f}",
+            f"x{c['sustained_amplification']:.3f}",
+            f"{c['peak_attempts_per_second']:,.0f}",
+            str(c["most_attempts_per_call"]),
+            _pct(c["success_after_recovery"]),
+            _pct(c["rescued_during_outage"]),
+        ]
+        for c in candidates.values()
+    ]
+
+
+_STORM_HEADER = [
+    "retried by",
+    "attempts per call, outage",
+    "sustained",
+    "peak attempts/s",
+    "most per call",
+    "calls after recovery succeeding",
+    "outage calls rescued",
+]
+
+
+def _storm_table(data: dict[str, Any]) -> str:
+    return _table(_STORM_HEADER, _storm_rows(data["simulated"]), "lrrrrrr")
+
+
+def _storm_real(data: dict[str, Any]) -> str:
+    real = data["real"]
+    if "skipped" in real:
+        return f"The real run was skipped: {real['skipped']}.\n"
+    p, policy = real["params"], real["policy"]
+    return (
+        f"{p['processes']} processes, {p['calls_per_second']:g} calls per second in all, for "
+        f"{p['duration']:g} s, the dependency down from {p['outage_start']:g} s to "
+        f"{p['outage_end']:g} s; real sleeps; policy base {policy['base']:g} s, cap "
+        f"{policy['cap']:g} s, max_elapsed {policy['max_elapsed']:g} s "
+        f"(`max_attempts()` = {policy['max_attempts']}); one "
+        f"`RedisRetryBudget(ratio={p['ratio']:g}, min_per_second={p['min_per_second']:g}, "
+        f"ttl={p['ttl']:g})` shared by all the processes through a `redis-server` on loopback. "
+        f"Target x{p['bound']:.3g} sustained, x{p['whole_bound']:.3g} over the whole outage: "
+        f"{'met' if real['target_met'] else '**not met**'}; {real['seconds']:.0f} s.\n\n"
+        + _table(_STORM_HEADER, _storm_rows(real["candidates"]), "lrrrrrr")
+    )
+
+
+def storm_blocks(storm: dict[str, Any]) -> dict[str, str]:
+    """The generated blocks of the retry-storm section, by block name."""
+    return {
+        "storm-params": _storm_params(storm),
+        "storm": _storm_table(storm),
+        "storm-real": _storm_real(storm),
+    }
+
+
+def storm_figures(storm: dict[str, Any]) -> dict[str, bytes]:
+    """The retry-storm figure (attempts per second over time) as SVG bytes (deterministic)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcdefaults()
+    plt.rcParams.update(
+        {
+            "svg.hashsalt": "tenacity-budget",
+            "svg.fonttype": "none",
+            "font.family": "DejaVu Sans",
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "figure.dpi": 100,
+        }
+    )
+    p = storm["params"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    ax.axvspan(p["outage_start"], p["outage_end"], color="#f0f0f0", zorder=0)
+    ax.axhline(
+        p["calls_per_second"] * p["bound"],
+        color="#2171b5",
+        linewidth=0.8,
+        linestyle=":",
+        label=f"x{p['bound']:.3g} the call rate",
+    )
+    for name, candidate in storm["simulated"].items():
+        colour, style = STORM_STYLE.get(name, ("#636363", "-"))
+        timeline = candidate["timeline"]
+        ax.plot(
+            [(i + 0.5) * p["bucket"] for i in range(len(timeline))],
+            timeline,
+            color=colour,
+            linestyle=style,
+            linewidth=1.2,
+            label=candidate["label"],
+        )
+    ax.set_xlabel(
+        f"seconds (the dependency is down from {p['outage_start']:g} s to {p['outage_end']:g} s)"
+    )
+    ax.set_ylabel("attempts reaching the dependency per second")
+    ax.set_xlim(0, p["duration"] + 5)
+    ax.set_ylim(0, None)
+    ax.grid(True, linewidth=0.4, alpha=0.5)
+    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    ax.set_title(
+        f"Retry storm: {p['calls_per_second']:g} calls/s, every call failing during the outage",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return {"storm.svg": buffer.getvalue()}
+
+
 # -- entry point --------------------------------------------------------------------------
 
 
@@ -462,11 +624,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="exit 1 if anything is stale")
     args = parser.parse_args(argv)
-    results = {name: _load(name) for name in ("solver", "overhead", "memory", "contention")}
+    results = {
+        name: _load(name) for name in ("solver", "overhead", "memory", "contention", "storm")
+    }
     wanted: dict[Path, bytes] = {
         DOC: render_doc(DOC.read_text(encoding="utf-8"), blocks(results)).encode("utf-8")
     }
     for name, svg in figures(results["contention"]).items():
+        wanted[FIGURE_DIR / name] = svg
+    for name, svg in storm_figures(results["storm"]).items():
         wanted[FIGURE_DIR / name] = svg
     stale = [
         path

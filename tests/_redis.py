@@ -3,9 +3,10 @@
 :class:`RedisServer` starts the binary that ``.ci/redis.sh`` installs, waits for its
 "Ready to accept connections" line (reading its output, never polling with sleeps), and
 can be stopped and started again on the same port (the fault tests do). A test module
-gets the fixtures by naming this module as a plugin (an import would shadow them)::
+gets the fixtures by importing them (their functions are named apart from the fixtures, so
+that a test's ``redis_server`` argument shadows no import)::
 
-    pytest_plugins = ["tests._redis"]
+    from tests._redis import own_redis_server_fixture, redis_server_fixture  # noqa: F401
 
 * ``redis_server`` (session): one server shared by a test session; each test should use
   its own key names (``unique_name``) or flush what it needs.
@@ -28,7 +29,14 @@ from typing import IO
 
 import pytest
 
-__all__ = ["REDIS_SERVER", "RedisServer", "own_redis_server", "redis_server", "unique_name"]
+__all__ = [
+    "REDIS_SERVER",
+    "RedisServer",
+    "free_port",
+    "own_redis_server_fixture",
+    "redis_server_fixture",
+    "unique_name",
+]
 
 REDIS_SERVER = shutil.which("redis-server")
 NO_REDIS = (
@@ -76,6 +84,19 @@ class _Output:
                 self.ready.set()
         self.ended.set()
         self.ready.set()  # wake the waiter: the server is gone
+
+
+def _waited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait for ``proc`` to exit, at most ``timeout`` seconds; whether it did.
+
+    ``Popen.wait(timeout=...)`` polls with ``time.sleep``, which a running virtual clock
+    turns into jumps of virtual time: a test stopping its server would see its clock race
+    ahead. A blocking ``wait()`` in a thread, joined with a timeout, sleeps on a lock instead.
+    """
+    waiter = threading.Thread(target=proc.wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    return not waiter.is_alive()
 
 
 class RedisServer:
@@ -143,11 +164,9 @@ class RedisServer:
             return
         if proc.poll() is None:
             proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+            if not _waited(proc, WAIT):
                 proc.kill()
-                proc.wait(timeout=30)
+                _waited(proc, WAIT)
         if output is not None:
             output.close()
 
@@ -162,15 +181,15 @@ class RedisServer:
         self.close()
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
+@pytest.fixture(scope="session", name="redis_server")
+def redis_server_fixture() -> Iterator[RedisServer]:
     """A redis-server shared by the session (started once, stopped at the end)."""
     with RedisServer() as server:
         yield server
 
 
-@pytest.fixture
-def own_redis_server() -> Iterator[RedisServer]:
+@pytest.fixture(name="own_redis_server")
+def own_redis_server_fixture() -> Iterator[RedisServer]:
     """A redis-server of this test's own: stop it and start it again as the test needs."""
     with RedisServer() as server:
         yield server

@@ -39,10 +39,13 @@ from tenacity_budget.redis import (
 )
 from tenacity_budget.retry_budget import BudgetObserver, RetryBudget, async_stop_retry_budget
 from tenacity_budget.testing import VirtualClock
-from tests._redis import RedisServer, free_port, unique_name
-
-# The redis_server and own_redis_server fixtures (a real redis-server on a free port).
-pytest_plugins = ["tests._redis"]
+from tests._redis import (  # the redis_server and own_redis_server fixtures
+    RedisServer,
+    free_port,
+    own_redis_server_fixture,  # noqa: F401
+    redis_server_fixture,  # noqa: F401
+    unique_name,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = BackoffPolicy(base=0.01, factor=2, cap=0.1, max_elapsed=5, jitter="none")
