@@ -173,6 +173,8 @@ class BudgetTerms:
         deposit_units: ``ratio * cost``.
         cost: units one retry costs (the common denominator of ``ratio`` and the floor).
         reserve_units: ``min_per_second * ttl * cost``, the floor.
+        slice_num, slice_den: a monotonic instant of ``t`` microseconds is in slice
+            ``t * slice_num // slice_den`` (slices of exactly ``ttl / SLICES``).
     """
 
     ratio: Fraction
@@ -181,6 +183,8 @@ class BudgetTerms:
     deposit_units: int
     cost: int
     reserve_units: int
+    slice_num: int
+    slice_den: int
 
     def affordable(self, deposits: int, withdrawals: int) -> int:
         """Withdrawals a window holding these counts would still grant (never negative)."""
@@ -193,9 +197,7 @@ class BudgetTerms:
         Read to the microsecond (the resolution the virtual clock keeps exactly), then
         divided exactly by ``ttl / SLICES``.
         """
-        micros = round(seconds * 1_000_000)
-        ttl = self.ttl
-        return (micros * SLICES * ttl.denominator) // (ttl.numerator * 1_000_000)
+        return round(seconds * 1_000_000) * self.slice_num // self.slice_den
 
 
 def budget_terms(ratio: object, min_per_second: object, ttl: object) -> BudgetTerms:
@@ -219,6 +221,8 @@ def budget_terms(ratio: object, min_per_second: object, ttl: object) -> BudgetTe
         deposit_units=int(exact_ratio * cost),
         cost=cost,
         reserve_units=int(reserve * cost),
+        slice_num=SLICES * exact_ttl.denominator,
+        slice_den=exact_ttl.numerator * 1_000_000,
     )
 
 
@@ -261,12 +265,18 @@ class RetryBudget:
     """Whether :meth:`try_withdraw` must be awaited (never, for this budget)."""
 
     __slots__ = (
+        "_cost",
         "_current",
         "_deposit_slots",
         "_deposits",
         "_lock",
+        "_reserve",
         "_shift",
+        "_slice_den",
+        "_slice_num",
+        "_slot",
         "_terms",
+        "_unit",
         "_withdrawal_slots",
         "_withdrawals",
         "name",
@@ -282,7 +292,14 @@ class RetryBudget:
         name: str = "default",
         observers: BudgetObserver | Iterable[BudgetObserver] | None = (),
     ) -> None:
-        self._terms = budget_terms(ratio, min_per_second, ttl)
+        terms = self._terms = budget_terms(ratio, min_per_second, ttl)
+        # The figures the hot path reads, as plain attributes.
+        self._reserve, self._unit, self._cost = (
+            terms.reserve_units,
+            terms.deposit_units,
+            terms.cost,
+        )
+        self._slice_num, self._slice_den = terms.slice_num, terms.slice_den
         self.name = _check_name(name)
         self.observers = observers_of(observers)
         self._lock = threading.Lock()
@@ -292,6 +309,7 @@ class RetryBudget:
         self._deposits = 0  # totals over the window
         self._withdrawals = 0
         self._current: int | None = None  # the latest slice seen
+        self._slot = 0  # its slot
         self._shift = 0  # added to every slice index: a clock read earlier stands still
 
     def __repr__(self) -> str:
@@ -327,8 +345,12 @@ class RetryBudget:
 
     def _roll(self) -> int:
         """Bring the window to now (under the lock); return the current slice's slot."""
-        now = self._terms.slice_of(time.monotonic()) + self._shift
+        # BudgetTerms.slice_of, inlined: this runs on every call and every retry.
+        now = round(time.monotonic() * 1_000_000) * self._slice_num // self._slice_den
+        now += self._shift
         current = self._current
+        if now == current:
+            return self._slot
         if current is None:
             self._current = now
         elif now > current:
@@ -345,10 +367,11 @@ class RetryBudget:
                     self._withdrawals -= withdrawals[slot]
                     deposits[slot] = withdrawals[slot] = 0
             self._current = now
-        elif now < current:
+        else:
             self._shift += current - now
-            now = current
-        return now % SLICES
+            return self._slot
+        slot = self._slot = now % SLICES
+        return slot
 
     # -- the interface ----------------------------------------------------------------------
 
@@ -361,20 +384,19 @@ class RetryBudget:
 
     def try_withdraw(self) -> bool:
         """Take one retry if the window affords it (``True``); else change nothing (``False``)."""
-        terms = self._terms
         with self._lock:
             slot = self._roll()
             withdrawals = self._withdrawals + 1
-            granted = (
-                terms.reserve_units + terms.deposit_units * self._deposits
-                >= terms.cost * withdrawals
-            )
+            # Units left once this retry is paid (BudgetTerms.affordable's figure).
+            free = self._reserve + self._unit * self._deposits - self._cost * withdrawals
+            granted = free >= 0
             if granted:
                 self._withdrawal_slots[slot] += 1
                 self._withdrawals = withdrawals
-            balance = terms.affordable(self._deposits, self._withdrawals)
-        for observer in self.observers:
-            observer.on_budget_decision(self.name, granted, balance)
+        if self.observers:
+            balance = free // self._cost if granted else 0
+            for observer in self.observers:
+                observer.on_budget_decision(self.name, granted, balance)
         return granted
 
     @property

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -102,17 +102,24 @@ def _waited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
 class RedisServer:
     """One ``redis-server`` process on ``127.0.0.1:port``; :meth:`stop` and :meth:`start` again.
 
+    Args:
+        port: the port to listen on (default: a free one).
+        args: more ``redis-server`` options, e.g. ``("--notify-keyspace-events", "Kh")``.
+
     Attributes:
         port: the TCP port, the same across restarts.
         url: ``redis://127.0.0.1:<port>/0``.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, args: Sequence[str] = ()) -> None:
         if REDIS_SERVER is None:
             pytest.skip(NO_REDIS)
         self.binary = REDIS_SERVER
         self.port = free_port() if port is None else port
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.args = tuple(
+            args
+        )  # more redis-server options, e.g. ("--notify-keyspace-events", "Kh")
         self._dir = tempfile.TemporaryDirectory(prefix="tb-redis-")
         self._proc: subprocess.Popen[bytes] | None = None
         self._output: _Output | None = None
@@ -140,6 +147,7 @@ class RedisServer:
                 self._dir.name,
                 "--loglevel",
                 "notice",
+                *self.args,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
