@@ -542,6 +542,8 @@ class RedisRetryBudget(_RedisBudgetCore):
             if pending and pending[-1][0] == index:
                 pending[-1][1] += 1
                 return
+            while pending and pending[0][0] <= index - SLICES:  # too old to count: dropped
+                del pending[0]
             pending.append([index, 1])
             first = len(pending) == 1
         if first:

@@ -462,6 +462,29 @@ def test_a_stopped_server_falls_back_and_a_restarted_one_takes_over_again(
     connection.close()
 
 
+def test_deposits_kept_while_redis_is_away_are_dropped_once_older_than_ttl(
+    own_redis_server: RedisServer, virtual_clock: VirtualClock
+) -> None:
+    connection = one_shot_client(own_redis_server)
+    budget = RedisRetryBudget(connection, unique_name(), ratio=1, min_per_second=0, ttl=10)
+    own_redis_server.stop()
+    for _ in range(30):  # a call a second for 30 s, Redis away
+        budget.deposit()
+        virtual_clock.advance(1)
+    assert budget.pending <= 10  # what is kept stays within one window
+    assert budget.try_withdraw() is True  # decided locally: the local window has them too
+    own_redis_server.start()
+    virtual_clock.advance(budget.retry_interval)
+    budget.flush()
+    assert budget.pending == 0
+    deposits, withdrawals = window(connection, budget)
+    # The last window's calls (a helper-thread flush may have sent them a second earlier),
+    # never the 30.
+    assert 8 <= deposits <= 10
+    assert withdrawals == 0
+    connection.close()
+
+
 @pytest.mark.parametrize(
     ("on_error", "granted", "balance"), [("allow", True, sys.maxsize), ("deny", False, 0)]
 )
