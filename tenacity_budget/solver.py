@@ -220,10 +220,14 @@ def _capped_index(base: float, factor: float, cap: float, lam: float) -> int:
     if base >= cap:
         return 0
     # The first k with base * factor**k >= cap, or with factor**k past the float range. The
-    # logarithms are accurate to a few ulps, so the estimate is within a step or two except
-    # for a factor within ~1e-12 of 1, where a short gallop finds the exact index.
+    # logarithms are accurate to a few ulps of themselves, so the estimate is off by a step
+    # or two, except for a factor within ~1e-12 of 1, where k is huge and a few ulps of
+    # log(cap / base) are many steps: there one correction from the float delay at the
+    # estimate (the log of a ratio near 1 is accurate to an ulp of 1) comes within a step.
     guess = min(math.log(cap) - math.log(base), _LOG_MAX) / lam
     k = max(1, math.ceil(guess))
+    if guess > 2.0**40:
+        k = _corrected(base, factor, cap, lam, k)
     if _reached(base, factor, cap, k):
         if not _reached(base, factor, cap, k - 1):
             return k
@@ -245,6 +249,21 @@ def _capped_index(base: float, factor: float, cap: float, lam: float) -> int:
         else:
             lo = mid
     return hi
+
+
+def _corrected(base: float, factor: float, cap: float, lam: float, k: int) -> int:
+    """A better estimate of the capped index near ``k``, from the float power at ``k``."""
+    try:
+        power = factor**k
+    except OverflowError:
+        return k
+    delay = base * power
+    if not 0.0 < delay < _INF:
+        return k
+    # steps to the cap, and to the power's overflow (factor**k > max float)
+    to_cap = math.log(cap / delay) / lam
+    to_overflow = math.log(sys.float_info.max / power) / lam
+    return max(1, k + math.ceil(min(to_cap, to_overflow)))
 
 
 def backoff_delays(base: float, factor: float, cap: float, attempts: int) -> Iterator[float]:
@@ -614,11 +633,19 @@ class _Problem:
                     break
         return max(t, 0.0)
 
-    def uncapped(self) -> int:
-        """The answer when it is below the cap: ``C(0) <= budget < C(k)`` is known."""
+    def uncapped(self, start: int | None = None) -> int:
+        """The answer when it is below the cap: ``C(0) <= budget < C(k)`` is known.
+
+        From ``start`` (a count near the answer), else from :meth:`estimate`: gallop to a
+        count that fits and one that does not, then bisect; every count is decided by the
+        closed-form bracket, or exactly where that cannot tell.
+        """
         lo, hi = 0, self.k  # fits at lo, does not at hi
-        guess = self.estimate()
-        n = min(hi - 1, math.floor(guess)) if guess < hi else hi - 1
+        if start is None:
+            guess = self.estimate()
+            n = min(hi - 1, math.floor(guess)) if guess < hi else hi - 1
+        else:
+            n = min(hi - 1, start)
         if n > lo:
             if self.fits(n):
                 lo = n
@@ -719,23 +746,50 @@ def compute_max_attempts(
         power = factor ** (k - 1)
         last = base * power
 
+    plain = (  # every figure below is a normal float (or 0): the plain float paths apply
+        type(limit) is float
+        and limit < 2.0**1022
+        and base >= _MIN_NORMAL
+        and (not duration or duration >= _MIN_NORMAL)
+    )
+    r = factor - 1.0
+    if plain:
+        # Ignoring the attempts' time, the budget runs out at the real t with G(t) = budget -
+        # duration, an upper bound of the answer. Well before the cap (G(t) < G(k - 1), i.e.
+        # room < factor**(k - 1) - 1, with a margin far past rounding) the answer is below
+        # it: the counts around t decide, the cap unseen.
+        room = (limit - duration) * r / base
+        if room < _INF:
+            early = room < (power - 1.0) * 0.999999
+        else:  # the same comparison in logarithms
+            early = (
+                power > 1.0
+                and math.log(limit - duration) + math.log(r) - math.log(base)
+                < math.log(power - 1.0) - 1e-6
+            )
+        # (n + 1) * duration <= budget bounds the answer too
+        early = early or (duration > 0.0 and limit / duration < (k - 1) * (1.0 - 1e-9))
+        if early:
+            below, hint = _below_cap_in_floats(limit, base, factor, duration, k, lam, room)
+            if below is not None:
+                return below
+            return _settle_hint(_Problem(limit, base, factor, cap, duration, k, lam), hint)
+
     # S(k) = G(k - 1) + d(k - 1), bracketed: within eta (relative) of head.
     eta = 0.0
     if k == 1:
         head = last  # one float delay: exact
     else:
         x = (k - 1) * lam
-        r = factor - 1.0
         # The same two roundings as _geometric; base * (power - 1) < d(k - 1) is in range.
         g = base * (power - 1.0) / r if x > _LN2 else base * (math.expm1(x) / r)
         head = g + last
         eta = _eta(k - 1, lam) + _U
     subnormal = base < _MIN_NORMAL
+    exact_head = None
     if subnormal or not head < 2.0**1020:  # out of the plain float range: rebuild exactly
-        m, e, eta = _head_at_cap(k, base, factor, lam)
-        head = math.ldexp(m, e) if e <= 1020 else _INF
-    else:
-        m, e = math.frexp(head)
+        exact_head = _head_at_cap(k, base, factor, lam)
+        head = math.ldexp(exact_head[0], exact_head[1]) if exact_head[1] <= 1020 else _INF
 
     if type(limit) is float and head < _INF:
         # The capped tail in floats, every rounding bounded: |room - exact room| <= err
@@ -747,7 +801,7 @@ def compute_max_attempts(
         if subnormal:
             err += k * _TINY  # each subnormal delay rounds by up to half of it
         if room + err < 0:
-            return _Problem(limit, base, factor, cap, duration, k, lam).uncapped()
+            return _below_cap(limit, base, factor, cap, duration, k, lam)
         if room - err >= 0:
             per = cap + duration
             q_lo = (room - err) / per * (1 - 3 * _U)
@@ -756,9 +810,10 @@ def compute_max_attempts(
                 whole = math.floor(q_lo)
                 if whole == math.floor(q_hi):
                     return k + whole
-    elif type(limit) is float and e > 1025:  # S(k) >= 2**1024 exceeds every float budget
-        return _Problem(limit, base, factor, cap, duration, k, lam).uncapped()
+    elif type(limit) is float and exact_head is not None and exact_head[1] > 1025:
+        return _below_cap(limit, base, factor, cap, duration, k, lam)  # S(k) >= 2**1024
 
+    m, e, eta = exact_head if exact_head is not None else (*math.frexp(head), eta)
     # The same bracket of S(k) in exact integers: decides unless within it of a boundary.
     low, high = int(math.ldexp(m * (1.0 - eta), 60)), int(math.ldexp(m * (1.0 + eta), 60)) + 1
     exp = e - 60
@@ -773,8 +828,114 @@ def compute_max_attempts(
         tail = problem.tail_exactly()
     if tail >= 0:
         return k + tail
-    problem = problem or _Problem(limit, base, factor, cap, duration, k, lam)
-    return problem.uncapped()
+    if problem is not None:
+        return problem.uncapped()
+    return _below_cap(limit, base, factor, cap, duration, k, lam)
+
+
+def _below_cap(
+    budget: float | int,
+    base: float,
+    factor: float,
+    cap: float,
+    duration: float,
+    k: int,
+    lam: float,
+) -> int:
+    """The answer when it is below the capped index ``k`` (``C(k) > budget`` is known)."""
+    if (
+        type(budget) is float
+        and budget < 2.0**1022
+        and base >= _MIN_NORMAL
+        and (not duration or duration >= _MIN_NORMAL)
+    ):
+        room = (budget - duration) * (factor - 1.0) / base
+        found, hint = _below_cap_in_floats(budget, base, factor, duration, k, lam, room)
+        if found is not None:
+            return found
+        return _settle_hint(_Problem(budget, base, factor, cap, duration, k, lam), hint)
+    return _Problem(budget, base, factor, cap, duration, k, lam).uncapped()
+
+
+def _settle_hint(problem: _Problem, hint: int | None) -> int:
+    """The answer from a hint of :func:`_below_cap_in_floats` that did not decide."""
+    if hint is not None and hint < 0:  # n - 1 surely fits, n + 1 surely not: decide n
+        n = -hint - 1
+        return n if problem.fits_exactly(n) else n - 1
+    return problem.uncapped(hint)
+
+
+def _below_cap_in_floats(
+    budget: float, base: float, factor: float, duration: float, k: int, lam: float, room: float
+) -> tuple[int | None, int | None]:
+    """The common case of :meth:`_Problem.uncapped` in plain floats, or ``None``.
+
+    For a float budget below ``2**1022``, a normal ``base`` and an attempt duration of 0 or
+    normal (the caller checks), ``room = (budget - duration) * (factor - 1) / base``: the
+    real root of ``G(t) + (t + 1) * duration = budget``, then the two counts around it
+    bracketed as :meth:`_Problem.probe` does, without its overflow-proof ratios. Returns
+    ``(answer, hint)``; the answer is ``None`` when the bracket cannot decide, and then a
+    hint ``h >= 0`` is a count to start searching from, a hint ``h < 0`` says the answer is
+    ``-h - 1`` if that many retries fit exactly, else one fewer (see :func:`_settle_hint`).
+    """
+    r = factor - 1.0
+    if room < 2.0**1000:  # the root ignoring the attempts' time, an upper bound
+        t = math.log1p(room) / lam
+    else:  # log1p(room) == log(room) to far below an ulp (room may be inf: use logs)
+        t = (math.log(budget - duration) + math.log(r) - math.log(base)) / lam
+    if duration:
+        t = min(t, budget / duration - 1.0)
+        # convex and increasing: Newton from the right walks down to the root
+        for _ in range(64):
+            x = t * lam
+            if not 0.0 < x < 700.0:
+                return None, None
+            growth = math.expm1(x)
+            h = base * growth / r + (t + 1.0) * duration - budget
+            if h <= 0.0:
+                break
+            step = h / (base * (growth + 1.0) * lam / r + duration)
+            t -= step
+            if step < 0.25:
+                break
+    n = min(k - 1, math.floor(t)) if t < k else k - 1
+    if n < 0:
+        return None, None
+
+    def verdict(n: int) -> int:  # 1: C(n) fits surely, -1: surely not, 0: cannot tell
+        if n == 0:
+            return 1  # duration <= budget was checked
+        if n >= k:
+            return -1
+        if n >= _EXACT_INDEX:
+            return 0
+        x = n * lam  # G(n) with the roundings _geometric has (n < k: factor**n is in range)
+        g = base * (math.expm1(x) / r) if x <= _LN2 else base * (factor**n - 1.0) / r
+        if g > 2.0**1022:  # past any budget this path takes
+            return -1
+        fixed = (n + 1) * duration
+        cost = g + fixed
+        err = _ETA * g + 4 * _U * (fixed + cost)  # n < 2**53; all normal floats
+        if cost + err <= budget:
+            return 1
+        if cost - err > budget:
+            return -1
+        return 0
+
+    here = verdict(n)
+    if here < 0:  # the float root a hair past a whole number: one step back
+        n -= 1
+        here = verdict(n)
+    after = verdict(n + 1)
+    if here > 0 and after < 0:
+        return n, None
+    # One count the bracket cannot tell, between one that surely fits and one that surely
+    # does not: only that count needs deciding exactly.
+    if here > 0 and after == 0 and verdict(n + 2) < 0:
+        return None, -(n + 1) - 1
+    if here == 0 and after < 0 and verdict(n - 1) > 0:
+        return None, -n - 1
+    return None, max(n, 0)
 
 
 # Up to this many delays below the cap, total_delay sums them exactly (correctly rounded).
