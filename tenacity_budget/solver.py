@@ -21,24 +21,27 @@ There is no "within float error" escape: the answer is that ``n``, on every fini
 **How it stays constant time.** The float power is monotone in ``k``, so the delays below
 the cap come first (``k < capped_index``) and every later one is exactly ``cap``. Past the
 cap the sum is linear: one exact (integer) division counts the capped tail. Below it the
-sum is geometric: ``G(n) = base * (factor**n - 1) / (factor - 1)``, inverted with a
+sum is geometric, ``G(n) = base * (factor**n - 1) / (factor - 1)``, inverted with a
 logarithm. The float delays are not the real geometric terms, but each is within a known
 relative distance of its term (the float power and the product each round once), so the
-exact sum ``S(n)`` lies in a bracket ``[G(n) * (1 - eta), G(n) * (1 + eta)]`` whose width
-``eta`` (about ``3.6e-15``) is proven below (``_ETA``), not estimated. The solver decides
-with the closed forms and that bracket; only when the budget lies *inside* the bracket of
-a partial sum, where rounding could tip the answer, does it sum float delays exactly, and
-then only the largest ones: the exact sum of the top delays plus the (much narrower)
-bracket of the remaining prefix is narrowed until the decision is certain, usually after a
-few dozen delays. A decision that would need more than ``_MAX_EXACT_TERMS`` delays summed
-(only a budget within ``eta`` of a partial sum of more than a million delays below the
-cap, a factor within about ``1e-9`` of 1) raises ``ValueError`` instead of running for
-minutes; no input returns an inexact count.
+exact sum ``S(n)`` lies in a bracket ``G(n) * (1 +- eta)`` (plus half of ``2**-1074`` per
+subnormal delay) whose width, ``eta = 32 * 2**-53`` (about ``3.6e-15``), is derived at
+``_ETA`` below, not estimated. The solver decides with the closed forms and that bracket.
+Only when the budget lies *inside* the bracket of a partial sum, where rounding could tip
+the answer, does it sum float delays exactly (as integers in units of ``2**-1074``), and
+then the largest first: the exact sum of the top delays plus the much narrower bracket of
+the prefix before them narrows until the answer is certain. That takes a few dozen delays
+for a factor like 2, and up to all of them when the delays are nearly equal (a factor
+near 1): about one float power per delay summed. A decision that would need more than
+``_MAX_EXACT_TERMS`` (``2**20``) delays summed raises ``ValueError`` naming the budget
+instead of running for minutes (or, at ``10**17`` delays, for years); no input returns an
+inexact count.
 
-The bracket rests on one assumption about the platform: the C library's ``pow``,
-``log1p``, ``expm1``, ``exp`` and ``log`` are within two ulps (glibc, musl, macOS and
-Windows are within one), so that the float power is monotone and within ``_LIB`` of the
-real power.
+**What it assumes of the platform.** The C library's ``pow``, ``log1p``, ``expm1``,
+``exp`` and ``log`` are within two ulps (``_LIB``; glibc documents well under one), and
+the float power is monotone in its exponent (true of a ``pow`` within half an ulp or so,
+like glibc's: consecutive powers of a float above 1 are at least an ulp apart). The tests
+check the solver against the definition summed exactly, term by term.
 """
 
 from __future__ import annotations
@@ -67,12 +70,18 @@ _U = 2.0**-53  # unit roundoff: one correctly rounded float operation errs by at
 # Assumed relative error of the C library's pow, log1p, expm1, exp and log: two ulps (2**-51
 # relative), twice what glibc documents.
 _LIB = 4 * _U
-# Relative half-width of the bracket of S(n) around the closed form G(n) (n < 2**53):
-#   each float delay: the power errs by _LIB, the product by _U           ->  5 u
-#   the closed form, worst branch (expm1 of a rounded n*log1p(r), |x| <= ln 2, amplifies
-#   its argument's error by at most 1.39: 1.39 * (_LIB + 2u) + _LIB + 2u) -> 14.4 u
-#   factor - 1 rounding (only for factor >= 2**53), the bound's own roundings  -> 3 u
-# 22.4 u in all; 32 u leaves room.
+# Relative half-width of the bracket of S(n) around the float closed form (n < 2**53;
+# u = _U, L = _LIB):
+#   a float delay fl(base * pow(factor, k)) is base * factor**k * (1 + e) with
+#     |e| <= L + u + L*u, so S(n) is within 5.01 u of G(n) (plus half a unit of 2**-1074
+#     per subnormal delay, counted apart);
+#   the float closed form is within 14.4 u of G(n): its worst branch takes expm1 of the
+#     rounded n * log1p(factor - 1) (x <= ln 2, where expm1 amplifies its argument's
+#     relative error by x e**x / (e**x - 1) <= 1.39): 1.39 * (L + 2u) + L + 2u; the pow
+#     branch 2L + 4u (factor**n - 1 >= factor**n / 2 there); the split branch 2L + 3u;
+#   together (1 + 5.01 u) / (1 - 14.4 u) - 1 <= 19.5 u, and the bound's own arithmetic (a
+#     product by 1 +- eta, a sum with the last delay below the cap) adds 2 u.
+# 21.5 u in all; 32 u leaves room (a wider band only sends more budgets to the exact path).
 _ETA = 32 * _U
 # The smallest subnormal, 2**-1074: twice the largest rounding error of a subnormal result
 # (2**-1075 itself is no float: it rounds to 0).
