@@ -90,6 +90,7 @@ _MIN_NORMAL = 2.0**-1022
 _LN2 = math.log(2.0)
 _INF = math.inf
 _FLOAT_EXACT = 2**53  # every int up to this is a float exactly
+_PLAIN = frozenset((int, float))
 # Where factor**k surely overflows: k * log1p(factor - 1) past log(2**1024), with room for
 # the logarithm's own error (a few ulps of at most 710).
 _LOG_2_1024 = 1024 * _LN2 + 1e-9
@@ -154,6 +155,11 @@ def _params(base: object, factor: object, cap: object) -> tuple[float, float, fl
     """The delay parameters as floats, or a ``ValueError`` naming the first bad one."""
     if type(base) is float and type(factor) is float and type(cap) is float:
         b, f, c = base, factor, cap
+    elif type(base) in _PLAIN and type(factor) in _PLAIN and type(cap) in _PLAIN:
+        try:  # ints in the float range: one conversion each
+            b, f, c = float(base), float(factor), float(cap)  # type: ignore[arg-type]
+        except OverflowError:
+            b, f, c = _seconds("base", base), _seconds("factor", factor), _seconds("cap", cap)
     else:
         b, f, c = _seconds("base", base), _seconds("factor", factor), _seconds("cap", cap)
     if 0.0 < b < _INF and 1.0 < f < _INF and 0.0 < c < _INF:  # NaN fails every comparison
@@ -181,7 +187,9 @@ def _budget(budget: object) -> float | int:
         if -_INF < budget < _INF:
             return budget
         raise ValueError(f"budget must be a finite number of seconds, got {budget!r}")
-    if isinstance(budget, int):
+    if type(budget) is int:
+        return float(budget) if -_FLOAT_EXACT <= budget <= _FLOAT_EXACT else budget
+    if isinstance(budget, int):  # bool, or an int subclass
         value = int(budget)
         return float(value) if -_FLOAT_EXACT <= value <= _FLOAT_EXACT else value
     return _seconds("budget", budget)
@@ -793,7 +801,7 @@ def compute_max_attempts(
         # The same two roundings as _geometric; base * (power - 1) < d(k - 1) is in range.
         g = base * (power - 1.0) / r if x > _LN2 else base * (math.expm1(x) / r)
         head = g + last
-        eta = _eta(k - 1, lam) + _U
+        eta = (_ETA if k <= _EXACT_INDEX else _eta(k - 1, lam)) + _U
     subnormal = base < _MIN_NORMAL
     exact_head = None
     if subnormal or not head < 2.0**1020:  # out of the plain float range: rebuild exactly
