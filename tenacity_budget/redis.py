@@ -800,10 +800,12 @@ class AsyncRedisRetryBudget(RedisRetryBudget):
             await self._arun(withdraw=False)
 
     async def close(self) -> None:  # type: ignore[override]
-        """Flush the pending deposits and cancel the flush timer."""
+        """Cancel the flush timer, let a flush under way finish, and flush what is left."""
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks)
         await self.flush()
 
     def stop(self) -> async_stop_retry_budget:  # type: ignore[override]
