@@ -9,10 +9,22 @@ three regimes, next to the loop of the design notes this library started from (t
   affordable count grows like the ratio itself (``1.7e298`` retries at ``1e300``).
 * ``geometric``: ``cap = budget``; no affordable delay reaches the cap, so the count grows
   like ``log2(ratio)`` (996 retries at ``1e300``) and the seed's loop always finishes.
-* ``capped+duration``: the capped regime with ``attempt_duration = base / 2`` (the solver's
-  Newton path; the seed has no such parameter).
+* ``capped+duration``: the capped regime with ``attempt_duration = base / 2``.
 
-Target (issue 5): constant time, the slowest ratio within 2x of the fastest. Run::
+Target (issue 5): constant time, the slowest ratio within 2x of the fastest.
+
+Then (issue 9) the calls that pin the solver's exactness, each timed on its own:
+
+* ``pair``: ``compute_max_attempts(1e300, 1e-300, 1.5, 1e10)`` against
+  ``compute_max_attempts(10, 1, 2, 5)``, interleaved; target: at most 2x.
+* ``issue``: the eight calls of the issue's table (five of them put the budget within an
+  ulp of a partial sum, which only summing delays exactly can decide).
+* ``adversarial``: budgets one ulp either side of a partial sum of thousands of nearly
+  equal delays below the cap (the solver's slow path: the cost is one float power per
+  delay summed), up to the slowest input found: a budget one ulp from a partial sum of
+  ``2**20`` delays, the most the solver sums before it raises ``ValueError``.
+
+Target (issue 9): every call well under 50 µs. Run::
 
     python -m benchmarks.solver [--repeat 60] [--quick]
 """
@@ -21,21 +33,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from tenacity_budget import compute_max_attempts
+from tenacity_budget.solver import _window
 
-from ._common import Timing, command_line, fmt_ns, interleaved, write_results
+from ._common import Timing, command_line, fmt_ns, interleaved, paired_ratio, write_results
 
 __all__ = [
+    "ISSUE_CASES",
+    "PAIR",
     "RATIOS",
     "REGIMES",
     "Regime",
+    "adversarial_cases",
     "main",
     "run",
+    "run_cases",
     "seed_compute_max_attempts",
     "seed_outcome",
 ]
@@ -95,13 +113,111 @@ REGIMES: tuple[Regime, ...] = (
     Regime("geometric", "cap = budget: the count grows like log2(ratio)", lambda r: r, 0.0, True),
     Regime(
         "capped+duration",
-        "cap = 60 * base, attempt_duration = base / 2 (Newton path)",
+        "cap = 60 * base, attempt_duration = base / 2",
         lambda r: 60.0,
         0.5,
         False,
     ),
 )
 """The regimes timed; ``base = 1`` and ``factor = 2`` throughout."""
+
+Call = tuple[float, ...]
+
+PAIR: tuple[Call, Call] = ((10, 1, 2, 5), (1e300, 1e-300, 1.5, 1e10))
+"""Issue 9: the second at most 2x the time of the first."""
+
+ISSUE_CASES: tuple[Call, ...] = (
+    (100, 1e-306, 2, 60, 30),
+    (1e12, 1e9, 1e300, 2e9),
+    (
+        3.3623008167629866e299,
+        1.2385086827331192e-193,
+        1.000000000000001,
+        1.8659296150597552e60,
+        1.242076400725152e296,
+    ),
+    (3.3372117570494043e283, 1.79e-211, 1.0000000007249579, 2.87e-190, 7.100450546913626e281),
+    (1.5e308, 1.5e306, 3, 1.3e308, 1),
+    (5.0952364962085985, 0.01, 1.001, 50.896777613142916),
+    (268.1457858812036, 0.1, 1.0000040521554148, 3.84e189),
+    (23875094.02853341, 0.11048075672548034, 1.1, 39341.0027613904),
+)
+"""The calls of issue 9's table, in its order."""
+
+
+def _cost_units(n: int, base: float, factor: float) -> int:
+    """The exact sum of the first ``n`` delays (all below the cap), in units of 2**-1074."""
+    return _window(base, factor, 0, n)
+
+
+def adversarial_cases(*, largest: int = 2**20) -> list[tuple[str, Call]]:
+    """Budgets one ulp either side of the exact cost of ``n`` retries, all below the cap.
+
+    The delays are nearly equal (a factor barely above 1), so no prefix can be bracketed
+    away: deciding which side the budget lies on means summing most of them exactly.
+    """
+    out: list[tuple[str, Call]] = []
+    for label, base, factor, n in (
+        ("3000 delays, factor 1.001", 0.01, 1.001, 3000),
+        ("2667 delays, factor 1 + 4e-6", 0.1, 1.0000040521554148, 2667),
+        (f"{largest} delays, factor 1 + 2**-40 (slowest found)", 1.0, 1.0 + 2.0**-40, largest),
+    ):
+        exact = _cost_units(n, base, factor)
+        nearest = exact / (1 << 1074)
+        for side, budget in (
+            ("below", math.nextafter(nearest, -math.inf)),
+            ("above", math.nextafter(nearest, math.inf)),
+        ):
+            out.append((f"{label}, one ulp {side}", (budget, base, factor, 1e300)))
+    return out
+
+
+def _time_one(fn: Callable[[], object], repeat: int) -> Timing:
+    return interleaved({"x": fn}, repeat=repeat)["x"]
+
+
+def run_cases(*, repeat: int, quick: bool = False) -> dict[str, Any]:
+    """Time the pair (interleaved), the issue's calls and the adversarial budgets."""
+    small, big = (partial(compute_max_attempts, *args) for args in PAIR)
+    pair = interleaved({"small": small, "big": big}, repeat=repeat)
+    paired = paired_ratio(pair["big"], pair["small"])
+    result: dict[str, Any] = {
+        "pair": {
+            "small": {"call": repr(PAIR[0]), **pair["small"].as_dict()},
+            "big": {"call": repr(PAIR[1]), **pair["big"].as_dict()},
+            "ratio_min": round(pair["big"].min_ns / pair["small"].min_ns, 3),
+            "ratio_paired_median": round(paired, 3),
+            "target": "big at most 2x small (per-call minimum)",
+            "target_met": bool(pair["big"].min_ns <= 2 * pair["small"].min_ns),
+        }
+    }
+    rows = []
+    for args in ISSUE_CASES:
+        timing = _time_one(partial(compute_max_attempts, *args), repeat)
+        rows.append({"call": repr(args), "answer": compute_max_attempts(*args), **timing.as_dict()})
+    result["issue"] = rows
+    rows = []
+    for label, args in adversarial_cases(largest=2**14 if quick else 2**20):
+        slow = args[2] == 1.0 + 2.0**-40
+        timing = _time_one(partial(compute_max_attempts, *args), 3 if slow else repeat)
+        rows.append(
+            {
+                "case": label,
+                "call": repr(args),
+                "answer": compute_max_attempts(*args),
+                **timing.as_dict(),
+            }
+        )
+    result["adversarial"] = rows
+    every = [*result["issue"], *result["adversarial"]]
+    slowest = max(every, key=lambda row: row["min_ns"])
+    result["slowest"] = {"call": slowest["call"], "min_ns": slowest["min_ns"]}
+    result["under_50us"] = {
+        "target": "every call under 50 µs (per-call minimum)",
+        "issue_met": all(row["min_ns"] < 50_000 for row in result["issue"]),
+        "issue_over": [row["call"] for row in result["issue"] if row["min_ns"] >= 50_000],
+    }
+    return result
 
 
 def seed_outcome(budget: float, base: float, factor: float, cap: float) -> int | str:
@@ -218,6 +334,35 @@ def _print(result: dict[str, Any]) -> None:
     print(f"target (slowest within 2x of fastest, overall, min): {verdict}")
 
 
+def _print_cases(cases: dict[str, Any]) -> None:
+    pair = cases["pair"]
+    print(
+        f"\n[pair] {pair['big']['call']}: {fmt_ns(pair['big']['min_ns'])} against "
+        f"{pair['small']['call']}: {fmt_ns(pair['small']['min_ns'])} = "
+        f"{pair['ratio_min']:.2f}x (min), {pair['ratio_paired_median']:.2f}x (paired median); "
+        f"target 2x: {'MET' if pair['target_met'] else 'NOT MET'}"
+    )
+    print("\n[issue] the calls of issue 9's table")
+    for row in cases["issue"]:
+        print(
+            f"{fmt_ns(row['min_ns']):>10}  {fmt_ns(row['median_ns']):>10}  "
+            f"{row['answer']:>6}  {row['call']}"
+        )
+    print("\n[adversarial] one ulp from a partial sum of nearly equal delays")
+    for row in cases["adversarial"]:
+        print(
+            f"{fmt_ns(row['min_ns']):>10}  {fmt_ns(row['median_ns']):>10}  "
+            f"{row['answer']:>8}  {row['case']}"
+        )
+    verdict = cases["under_50us"]
+    print(
+        f"\nslowest found: {fmt_ns(cases['slowest']['min_ns'])} for {cases['slowest']['call']}"
+        f"\ntarget (every issue call under 50 µs): "
+        f"{'MET' if verdict['issue_met'] else 'NOT MET'}"
+        + (f" (over: {len(verdict['issue_over'])} calls)" if verdict["issue_over"] else "")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -225,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="5 repeats, no result file")
     args = parser.parse_args(argv)
     result = run(repeat=5 if args.quick else args.repeat)
+    result["cases"] = run_cases(repeat=5 if args.quick else args.repeat, quick=args.quick)
     _print(result)
+    _print_cases(result["cases"])
     if not args.quick:
         path = write_results("solver", command_line("benchmarks.solver"), result)
         print(f"wrote {path}")
