@@ -44,6 +44,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     "guarantee.md": ("freezegun",),
     "cookbook.md": ("freezegun", "httpx"),
     "deadline-propagation.md": ("freezegun", "httpx"),
+    "retry-budgets.md": ("freezegun",),
     "testing.md": ("freezegun",),
     "observability.md": ("freezegun", "prometheus_client", "opentelemetry.sdk", "pybreaker"),
     "comparison.md": ("freezegun", "stamina", "backoff"),
