@@ -201,7 +201,7 @@ def observe(retry_state: RetryCallState, record: RunState, previous_sleep: float
     record.elapsed = end - retry_state.start_time
     outcome = retry_state.outcome
     if outcome is not None:
-        tag(outcome, record)
+        setattr(outcome, _ATTR, record)  # tag(), inline: this runs after every attempt
     # The run's latest reason is about the latest decision only.
     record.reason = None
 
