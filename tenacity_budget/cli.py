@@ -147,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-rows",
         type=int,
         default=200,
-        help=f"rows to print before eliding the rest (0: all, up to {_MAX_ALL_ROWS})",
+        help=f"rows to print before eliding the rest (0: all; at most {_MAX_ALL_ROWS})",
     )
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
@@ -252,16 +252,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, ArithmeticError) as error:
         parser.exit(2, f"{fail}invalid policy: {_one_line(str(error))}\n")
     affordable = policy.max_attempts()
-    if args.max_rows == 0 and affordable > _MAX_ALL_ROWS:
+    wanted = min(args.max_rows, affordable) if args.max_rows else affordable
+    if wanted > _MAX_ALL_ROWS:
         parser.exit(
             2,
-            f"{fail}--max-rows 0 would print {affordable} rows (at most {_MAX_ALL_ROWS}); "
-            "pass a row count\n",
+            f"{fail}--max-rows {args.max_rows} would print {wanted} rows (at most "
+            f"{_MAX_ALL_ROWS}); pass a smaller row count\n",
         )
     try:
-        rows = list(
-            itertools.islice(plan_rows(policy, random.Random(args.seed)), args.max_rows or None)
-        )
+        rows = list(itertools.islice(plan_rows(policy, random.Random(args.seed)), wanted))
         text = _render(policy, rows, affordable - len(rows), args.seed, as_json=args.json)
     except (ValueError, TypeError, ArithmeticError) as error:  # pragma: no cover - defensive
         parser.exit(2, f"{fail}cannot plan this policy: {_one_line(str(error))}\n")

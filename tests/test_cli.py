@@ -223,8 +223,9 @@ def test_help_prints_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
             "--max-elapsed",
             "1e300",
         ],
-        # every row of 10**300 retries
+        # every row of 10**300 retries, or 10**100 of them
         ["--max-rows", "0", "--max-elapsed", "1e300", "--cap", "1"],
+        ["--max-rows", str(10**100), "--max-elapsed", "1e300", "--cap", "1"],
         # the cases whose cap exceeds the budget
         [
             "--max-elapsed",
