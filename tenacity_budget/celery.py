@@ -217,16 +217,16 @@ def _decide(
     explicit = _explicit(policy, deadline)
     until = math.inf if explicit is None else (explicit - now).total_seconds()
     if walk is None:
-        slept, slept_error, sleep = 0.0, 0.0, 0.0
+        sleep = slept_through = 0.0
     else:
-        countdown = math.inf if walk.countdown is None else walk.countdown
-        slept, slept_error, sleep = walk.total, walk.error, countdown
+        sleep = math.inf if walk.countdown is None else walk.countdown
+        total, error = add_compensated(walk.total, walk.error, sleep)
+        slept_through = total + error
     return decide(
         attempts=attempts,
         affordable=policy.max_attempts(),
-        slept=slept,
-        slept_error=slept_error,
         sleep=sleep,
+        slept_through=slept_through,
         elapsed=(now - started).total_seconds() - _RESOLUTION,
         next_attempt=next_attempt,
         budget=policy.max_elapsed,

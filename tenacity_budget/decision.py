@@ -2,8 +2,9 @@
 
 :func:`decide` is a pure function of plain numbers: every place that decides whether a
 budgeted run retries (the tenacity stop, the Celery integration, any stop added later)
-measures what it knows, then asks it. Nothing here reads a clock, touches tenacity or
-keeps state, so the rule is tested on numbers alone.
+measures what it knows (the sleeps summed with :func:`~tenacity_budget.solver.add_compensated`),
+then asks it. Nothing here reads a clock, touches tenacity or keeps state, so the rule is
+tested on numbers alone.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import math
 
 from .exhaustion import StopReason
-from .solver import add_compensated
 
 __all__ = ["decide"]
 
@@ -21,9 +21,8 @@ _INF = math.inf
 def decide(
     attempts: int,
     affordable: int,
-    slept: float,
-    slept_error: float,
     sleep: float,
+    slept_through: float,
     elapsed: float,
     next_attempt: float,
     budget: float,
@@ -35,7 +34,8 @@ def decide(
 
     1. ``count``: ``attempts`` (calls made so far) exceeds the ``affordable`` retries;
     2. ``sleep_budget``: the upcoming ``sleep`` is not a finite number (NaN or infinite:
-       it could never be slept), or the sleeps so far plus it would exceed ``budget``;
+       it could never be slept), or the sleeps so far plus it (``slept_through``) would
+       exceed ``budget``;
     3. ``wall_clock``: ``elapsed`` (since the first attempt began) plus the sleep plus the
        ``next_attempt`` estimate would exceed ``budget``;
     4. ``deadline``: the sleep plus the next attempt would take longer than the
@@ -44,11 +44,11 @@ def decide(
     Args:
         attempts: calls made so far, the one that just failed included.
         affordable: retries the budget affords (the solver's ``max_attempts()``).
-        slept: seconds slept so far, as a compensated sum ``slept + slept_error``
-            (:func:`~tenacity_budget.solver.add_compensated`), so a schedule that exactly
-            fills the budget is not refused its last retry for float drift.
-        slept_error: the compensation term of that sum (``0.0`` for a plain total).
         sleep: the sleep about to be taken.
+        slept_through: seconds slept so far plus ``sleep``, as a compensated sum
+            (``total + error`` of :func:`~tenacity_budget.solver.add_compensated`), so a
+            schedule that exactly fills the budget is not refused its last retry for
+            float drift.
         elapsed: seconds from the start of the first attempt to now.
         next_attempt: the estimated duration of the next attempt.
         budget: the run's ``max_elapsed``.
@@ -61,8 +61,7 @@ def decide(
         return StopReason.COUNT
     if not -_INF < sleep < _INF:  # NaN fails every comparison
         return StopReason.SLEEP_BUDGET
-    total, error = add_compensated(slept, slept_error, sleep)
-    if total + error > budget:
+    if slept_through > budget:
         return StopReason.SLEEP_BUDGET
     need = sleep + next_attempt
     if elapsed + need > budget:

@@ -59,9 +59,12 @@ class RunState:
         "deadline",
         "deadline_mono",
         "deadline_ts",
+        "decided",
         "elapsed",
         "last_end",
         "longest",
+        "next_slept",
+        "next_slept_error",
         "observed",
         "previous_wait",
         "reason",
@@ -70,6 +73,7 @@ class RunState:
         "rng",
         "slept",
         "slept_error",
+        "stop_asked_first",
         "upcoming_sleep",
     )
 
@@ -92,6 +96,10 @@ class RunState:
         self.observed = 0  # the attempt number of the latest observation
         self.slept = 0.0  # compensated sum of the sleeps taken: slept + slept_error
         self.slept_error = 0.0
+        # The latest decision: its attempt, and the sum through the sleep it allowed (which
+        # the next observation takes over instead of adding that sleep again).
+        self.decided = 0
+        self.next_slept = self.next_slept_error = 0.0
         self.elapsed = 0.0
         self.longest = 0.0
         self.last_end: float | None = None
@@ -104,6 +112,9 @@ class RunState:
         # Whether the run's controller may share tenacity's statistics dict with concurrent
         # runs (plain @retry, jd/tenacity#701); policy.retry() gives each call its own.
         self.repair_statistics = True
+        # Whether the run's tenacity stop asks the budget stop before any other, so that it
+        # observes every attempt itself (the wait need not).
+        self.stop_asked_first = False
 
     def __repr__(self) -> str:
         return (
@@ -191,9 +202,13 @@ def observe(retry_state: RetryCallState, record: RunState, previous_sleep: float
         took = end - retry_state.start_time if last_end is None else end - last_end - previous_sleep
         if took > record.longest:
             record.longest = took
-        record.slept, record.slept_error = add_compensated(
-            record.slept, record.slept_error, previous_sleep
-        )
+        if record.decided == attempt - 1 and attempt > 1:
+            # The decision before this attempt already summed the sleep it allowed.
+            record.slept, record.slept_error = record.next_slept, record.next_slept_error
+        else:
+            record.slept, record.slept_error = add_compensated(
+                record.slept, record.slept_error, previous_sleep
+            )
     else:
         record.slept, record.slept_error = retry_state.idle_for, 0.0
     record.observed = record.attempts = attempt

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypeAlias
 
 from tenacity import RetryCallState
-from tenacity.stop import stop_base
+from tenacity.stop import stop_any, stop_base
 from tenacity.wait import wait_base
 
 from . import _config
@@ -30,7 +30,7 @@ from .decision import decide
 from .exhaustion import StopReason
 from .jitter import jitter_for
 from .runtime import current_horizon
-from .solver import nominal_delay
+from .solver import add_compensated, nominal_delay
 from .state import RECORD_ATTR as _RECORD
 from .state import RunState, begin, observe, run_state
 
@@ -115,9 +115,11 @@ class wait_budget(wait_base):
         record: RunState | None = getattr(retry_state, _RECORD, None)
         if record is None:
             record = begin(retry_state, self._budget, self._affordable)
+            record.stop_asked_first = _asks_budget_first(retry_state.retry_object.stop)
         # Asked first after every attempt (tenacity waits, then stops), before the wait of
-        # this retry replaces it: upcoming_sleep still holds the sleep just taken.
-        if record.observed != retry_state.attempt_number:
+        # this retry replaces it: upcoming_sleep still holds the sleep just taken. Where the
+        # budget stop will be asked anyway, it observes, and this costs nothing.
+        if not record.stop_asked_first and record.observed != retry_state.attempt_number:
             observe(retry_state, record, retry_state.upcoming_sleep)
         if _config._testing_attempts is not None:
             return 0.0
@@ -301,12 +303,14 @@ class stop_budget(stop_base):
             if record.deadline_mono != math.inf:
                 until = min(until, record.deadline_mono - time.monotonic())
             longest = record.longest
+            total, error = add_compensated(record.slept, record.slept_error, sleep)
+            record.next_slept, record.next_slept_error = total, error
+            record.decided = attempt
             reason = decide(
                 attempt,
                 self._max_attempts,
-                record.slept,
-                record.slept_error,
                 sleep,
+                total + error,
                 record.elapsed,
                 self._duration if self._duration > longest else longest,
                 self._max_elapsed,
@@ -318,6 +322,17 @@ class stop_budget(stop_base):
         return reason is not None
 
 
+def _asks_budget_first(stop: object) -> bool:
+    """Whether tenacity asks a :class:`stop_budget` first, before any other stop, every time.
+
+    True for a bare budget stop and for ``budget | other ...`` (tenacity's ``|`` asks left
+    to right); not for ``other | budget`` or any ``&``, which may skip it.
+    """
+    while isinstance(stop, stop_any) and stop.stops:
+        stop = stop.stops[0]
+    return isinstance(stop, stop_budget)
+
+
 def _repair_tenacity_statistics(retry_state: RetryCallState) -> None:
     """Put back the statistics keys another thread's run may just have cleared.
 
@@ -327,7 +342,10 @@ def _repair_tenacity_statistics(retry_state: RetryCallState) -> None:
     package's one access to a private tenacity attribute; it can go once tenacity keeps
     statistics per call (the fix of #701).
     """
-    stats = retry_state.retry_object.statistics  # the private part is in the docstring
+    try:
+        stats = retry_state.retry_object._local.statistics  # thread-local, tenacity 9
+    except AttributeError:
+        return
     if "idle_for" not in stats or "attempt_number" not in stats:
         stats.setdefault("idle_for", retry_state.idle_for)
         stats.setdefault("attempt_number", retry_state.attempt_number)

@@ -204,7 +204,7 @@ def test_retry_after_beyond_any_budget_stops_with_sleep_budget(
     elapsed=st.floats(min_value=0, max_value=1e6),
 )
 def test_decide_stops_on_any_non_finite_sleep(sleep: float, slept: float, elapsed: float) -> None:
-    reason = decide(1, 10, slept, 0.0, sleep, elapsed, 0.0, 2e6, math.inf)
+    reason = decide(1, 10, sleep, slept + sleep, elapsed, 0.0, 2e6, math.inf)
     assert reason is StopReason.SLEEP_BUDGET
 
 
@@ -219,7 +219,7 @@ def test_decide_allows_a_retry_only_when_every_bound_holds(
     sleep: float, slept: float, elapsed: float, next_attempt: float, until: float
 ) -> None:
     budget = 200.0
-    reason = decide(1, 10, slept, 0.0, sleep, elapsed, next_attempt, budget, until)
+    reason = decide(1, 10, sleep, slept + sleep, elapsed, next_attempt, budget, until)
     if reason is None:
         assert slept + sleep <= budget
         assert elapsed + sleep + next_attempt <= budget
@@ -233,8 +233,8 @@ def test_decide_allows_a_retry_only_when_every_bound_holds(
 
 
 def test_decide_checks_in_order_count_first() -> None:
-    assert decide(11, 10, 0.0, 0.0, math.nan, 1e9, 0.0, 1.0, -1.0) is StopReason.COUNT
-    assert decide(1, 10, 0.0, 0.0, 2.0, 0.0, 0.0, 1.0, -1.0) is StopReason.SLEEP_BUDGET
-    assert decide(1, 10, 0.0, 0.0, 0.5, 0.6, 0.0, 1.0, -1.0) is StopReason.WALL_CLOCK
-    assert decide(1, 10, 0.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.4) is StopReason.DEADLINE
-    assert decide(1, 10, 0.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.5) is None
+    assert decide(11, 10, math.nan, math.nan, 1e9, 0.0, 1.0, -1.0) is StopReason.COUNT
+    assert decide(1, 10, 2.0, 2.0, 0.0, 0.0, 1.0, -1.0) is StopReason.SLEEP_BUDGET
+    assert decide(1, 10, 0.5, 0.5, 0.6, 0.0, 1.0, -1.0) is StopReason.WALL_CLOCK
+    assert decide(1, 10, 0.5, 0.5, 0.0, 0.0, 1.0, 0.4) is StopReason.DEADLINE
+    assert decide(1, 10, 0.5, 0.5, 0.0, 0.0, 1.0, 0.5) is None
