@@ -14,6 +14,7 @@ __all__ = [
     "check_aware",
     "check_seed",
     "earliest",
+    "one_generator",
     "set_testing_attempts",
     "testing_attempts",
 ]
@@ -82,3 +83,9 @@ def check_seed(seed: object) -> int | None:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
     return seed
+
+
+def one_generator(seed: object, rng: object) -> None:
+    """Refuse ``seed=`` and ``rng=`` together (one message for every place that takes both)."""
+    if seed is not None and rng is not None:
+        raise ValueError("pass rng= (one shared generator) or seed= (one per run), not both")

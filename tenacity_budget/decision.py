@@ -16,6 +16,9 @@ from .exhaustion import StopReason
 __all__ = ["decide"]
 
 _INF = math.inf
+# The elapsed time is a difference of two clock readings, each rounded to a float: a run
+# that fills its budget exactly can read a few ulps over it. That much is not over.
+_READING = 2.0**-50
 
 
 def decide(
@@ -37,7 +40,8 @@ def decide(
        it could never be slept), or the sleeps so far plus it (``slept_through``) would
        exceed ``budget``;
     3. ``wall_clock``: ``elapsed`` (since the first attempt began) plus the sleep plus the
-       ``next_attempt`` estimate would exceed ``budget``;
+       ``next_attempt`` estimate would exceed ``budget`` (by more than the rounding of
+       two clock readings, ``budget * 2**-50``, so an exact fill keeps its last retry);
     4. ``deadline``: the sleep plus the next attempt would take longer than the
        ``until_deadline`` seconds left before the earliest deadline.
 
@@ -64,7 +68,7 @@ def decide(
     if slept_through > budget:
         return StopReason.SLEEP_BUDGET
     need = sleep + next_attempt
-    if elapsed + need > budget:
+    if elapsed + need > budget + budget * _READING:
         return StopReason.WALL_CLOCK
     if need > until_deadline:
         return StopReason.DEADLINE

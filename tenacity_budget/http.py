@@ -176,7 +176,10 @@ def format_timeout_ms(seconds: float) -> str:
     """
     if not math.isfinite(seconds):
         raise ValueError(f"a deadline header needs a finite time left, got {seconds!r}")
-    return str(max(0, math.floor(seconds * 1000.0)))
+    ms = math.floor(seconds * 1000.0)
+    if ms / 1000.0 > seconds:  # the product rounded up past a whole millisecond
+        ms -= 1
+    return str(max(0, ms))
 
 
 def parse_timeout_ms(value: str | bytes | None) -> float | None:

@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from ._config import check_aware, check_seed
+from ._config import check_aware, check_seed, one_generator
 from .jitter import JitterMode, jitter_for
 from .solver import add_compensated, backoff_delays, capped_index, compute_max_attempts, total_delay
 from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
@@ -59,7 +59,11 @@ def _refused(exc: ValidationError, given: dict[str, Any]) -> ValidationError:
             {
                 "type": PydanticCustomError("value_error", "{message}", {"message": error["msg"]}),
                 "loc": loc,
-                "input": given if not loc or loc == ("deadline",) else error["input"],
+                # A whole-input error (a missing field, the model's own check) shows
+                # what the caller passed, not the derived max_elapsed.
+                "input": given
+                if not loc or loc == ("deadline",) or isinstance(error["input"], dict)
+                else error["input"],
             }
         )
     return ValidationError.from_exception_data(exc.title, errors)
@@ -227,8 +231,7 @@ class BackoffPolicy(BaseModel):
         With ``seed`` every run replays ``random.Random(seed)``; with ``rng`` the next run of
         a strategy sharing that generator (which this call advances, as a run would).
         """
-        if seed is not None and rng is not None:
-            raise ValueError("pass seed= or rng=, not both")
+        one_generator(seed, rng)
         check_seed(seed)
         return self.waits(random.Random(seed) if seed is not None else rng)
 

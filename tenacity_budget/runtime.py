@@ -140,6 +140,9 @@ class Horizon:
         return datetime.now(UTC) + timedelta(seconds=mono_left)
 
 
+# Seconds beyond which a scope has no end from ``seconds`` (a float cannot add to a clock).
+_MAX_SCOPE = 1e300
+
 _HORIZON: ContextVar[Horizon | None] = ContextVar("tenacity_budget_horizon", default=None)
 
 
@@ -217,8 +220,10 @@ class deadline_scope:  # lower case: used like a function, `with deadline_scope(
         if seconds is not None:
             if isinstance(seconds, bool) or not isinstance(seconds, int | float):
                 raise TypeError(f"seconds must be a number, got {type(seconds).__name__}")
-            if math.isnan(seconds) or seconds < 0:
+            if seconds != seconds or seconds < 0:  # NaN, or negative (ints of any size)
                 raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
+            if seconds > _MAX_SCOPE:
+                seconds = math.inf  # beyond any clock: no end from seconds
         if deadline is not None:
             check_aware(deadline)
         self.seconds = seconds

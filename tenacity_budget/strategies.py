@@ -25,7 +25,7 @@ from tenacity.stop import stop_any, stop_base
 from tenacity.wait import wait_base
 
 from . import _config
-from ._config import check_aware, check_seed, earliest
+from ._config import check_aware, check_seed, earliest, one_generator
 from .decision import decide
 from .exhaustion import StopReason
 from .jitter import jitter_for
@@ -83,8 +83,7 @@ class wait_budget(wait_base):
         seed: int | None = None,
         retry_after: RetryAfter | None = None,
     ) -> None:
-        if rng is not None and seed is not None:
-            raise ValueError("pass rng= (one shared generator) or seed= (one per run), not both")
+        one_generator(seed, rng)
         if rng is not None and not isinstance(rng, random.Random):
             raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
         check_seed(seed)

@@ -363,7 +363,17 @@ def test_the_deadline_header_name() -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "expected"),
-    [(1.5, "1500"), (1.2345, "1234"), (0.0009, "0"), (0.0, "0"), (-3.0, "0"), (86400, "86400000")],
+    [
+        (1.5, "1500"),
+        (1.2345, "1234"),
+        (0.0009, "0"),
+        (0.0, "0"),
+        (-3.0, "0"),
+        (86400, "86400000"),
+        (1.7, "1700"),
+        (0.29, "290"),
+        (5.4879999999999995, "5487"),  # the product rounds up to 5488.0
+    ],
 )
 def test_format_timeout_ms_rounds_down_to_whole_milliseconds(seconds: float, expected: str) -> None:
     assert format_timeout_ms(seconds) == expected

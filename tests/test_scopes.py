@@ -86,6 +86,13 @@ def test_bad_scopes_are_refused_at_construction(
         deadline_scope(*args, **kwargs)  # type: ignore[arg-type]
 
 
+def test_a_scope_beyond_any_clock_has_no_end_from_seconds() -> None:
+    with deadline_scope(10**400):
+        assert remaining(30.0) == 30.0
+    with deadline_scope(1e308):
+        assert remaining() is None
+
+
 def test_scopes_are_per_thread(virtual_clock: VirtualClock) -> None:
     seen: list[float | None] = []
     with deadline_scope(10):

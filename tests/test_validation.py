@@ -64,6 +64,27 @@ def test_the_extreme_policy_of_the_issue_is_valid() -> None:
     assert policy.max_attempts() == 4
 
 
+def test_seed_and_rng_together_are_refused_alike() -> None:
+    import random
+
+    policy = BackoffPolicy(**VALID)
+    with pytest.raises(ValueError, match="not both") as by_schedule:
+        policy.schedule(seed=1, rng=random.Random(1))
+    with pytest.raises(ValueError, match="not both") as by_wait:
+        policy.wait(seed=1, rng=random.Random(1))
+    assert str(by_schedule.value) == str(by_wait.value)
+
+
+@pytest.mark.parametrize("missing", ["base", "cap"])
+def test_for_deadline_missing_field_errors_do_not_show_max_elapsed(missing: str) -> None:
+    fields = {"base": 1.0, "cap": 60.0}
+    del fields[missing]
+    with pytest.raises(pydantic.ValidationError) as caught:
+        BackoffPolicy.for_deadline(NOW + timedelta(hours=1), now=NOW, **fields)
+    assert missing in str(caught.value)
+    assert "max_elapsed" not in str(caught.value)
+
+
 @pytest.mark.parametrize("seed", ["x", 1.5, True, b"1"])
 def test_schedule_and_wait_refuse_the_same_seeds_with_one_message(seed: object) -> None:
     policy = BackoffPolicy(**VALID)
@@ -158,6 +179,9 @@ def test_elapsed_is_the_exact_sum_of_every_advance(steps: list[float]) -> None:
         BackoffPolicy(base=1e-6, factor=2, cap=1e-6 * 2**10, max_elapsed=0.005, jitter="none"),
         BackoffPolicy(base=3e-7, cap=3e-7, max_elapsed=3e-6, jitter="none"),
         BackoffPolicy(base=0.000_000_7, factor=1.5, cap=1e-5, max_elapsed=1e-4, jitter="none"),
+        # The elapsed time reads 0.30000000000000004 before the fourth retry.
+        BackoffPolicy(base=0.1, factor=2, cap=0.1, max_elapsed=0.4, jitter="none"),
+        BackoffPolicy(base=0.1, factor=2, cap=0.7, max_elapsed=2.1, jitter="none"),
     ],
     ids=repr,
 )
