@@ -73,6 +73,7 @@ class RunState:
         "rng",
         "slept",
         "slept_error",
+        "statistics",
         "stop_asked_first",
         "upcoming_sleep",
     )
@@ -112,6 +113,8 @@ class RunState:
         # Whether the run's controller may share tenacity's statistics dict with concurrent
         # runs (plain @retry, jd/tenacity#701); policy.retry() gives each call its own.
         self.repair_statistics = True
+        # That shared dict, found once per run (None: nothing to repair).
+        self.statistics: dict[str, object] | None = None
         # Whether the run's tenacity stop asks the budget stop before any other, so that it
         # observes every attempt itself (the wait need not).
         self.stop_asked_first = False

@@ -280,6 +280,8 @@ class stop_budget(stop_base):
         own = earliest(deadline, self.policy.deadline, enclosing)
         record.deadline_ts = own.timestamp() if own is not None else math.inf
         record.deadline = own
+        if record.repair_statistics:
+            record.statistics = _tenacity_statistics(retry_state)
         record.resolved = True
 
     def __call__(self, retry_state: RetryCallState) -> bool:
@@ -315,8 +317,9 @@ class stop_budget(stop_base):
                 self._max_elapsed,
                 until,
             )
-        if record.repair_statistics:
-            _repair_tenacity_statistics(retry_state)
+        stats = record.statistics
+        if stats is not None and ("idle_for" not in stats or "attempt_number" not in stats):
+            _repair_statistics(stats, retry_state)
         record.reason = reason
         return reason is not None
 
@@ -332,19 +335,24 @@ def _asks_budget_first(stop: object) -> bool:
     return isinstance(stop, stop_budget)
 
 
-def _repair_tenacity_statistics(retry_state: RetryCallState) -> None:
-    """Put back the statistics keys another thread's run may just have cleared.
+def _tenacity_statistics(retry_state: RetryCallState) -> dict[str, object] | None:
+    """The statistics dict of the run's tenacity controller, which may need repairs.
 
     tenacity's ``@retry`` shares one statistics dict between concurrent calls of a
     function, and another thread's ``begin()`` may clear it between this stop and the
     ``+=`` tenacity does right after, raising ``KeyError`` (jd/tenacity#701). This is the
-    package's one access to a private tenacity attribute; it can go once tenacity keeps
-    statistics per call (the fix of #701).
+    package's one access to a private tenacity attribute, made once per run; it can go,
+    with :func:`_repair_statistics`, once tenacity keeps statistics per call (the fix of
+    #701).
     """
     try:
-        stats = retry_state.retry_object._local.statistics  # thread-local, tenacity 9
+        stats: dict[str, object] = retry_state.retry_object._local.statistics  # tenacity 9
     except AttributeError:
-        return
-    if "idle_for" not in stats or "attempt_number" not in stats:
-        stats.setdefault("idle_for", retry_state.idle_for)
-        stats.setdefault("attempt_number", retry_state.attempt_number)
+        return None
+    return stats
+
+
+def _repair_statistics(stats: dict[str, object], retry_state: RetryCallState) -> None:
+    """Put back the statistics keys another thread's run has just cleared (see above)."""
+    stats.setdefault("idle_for", retry_state.idle_for)
+    stats.setdefault("attempt_number", retry_state.attempt_number)

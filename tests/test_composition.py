@@ -239,3 +239,23 @@ def test_decide_checks_in_order_count_first() -> None:
     assert decide(1, 10, 0.5, 0.5, 0.6, 0.0, 1.0, -1.0) is StopReason.WALL_CLOCK
     assert decide(1, 10, 0.5, 0.5, 0.0, 0.0, 1.0, 0.4) is StopReason.DEADLINE
     assert decide(1, 10, 0.5, 0.5, 0.0, 0.0, 1.0, 0.5) is None
+
+
+def test_a_statistics_dict_cleared_mid_run_is_repaired() -> None:
+    # tenacity's @retry shares one statistics dict between concurrent calls of a function;
+    # another thread's call clears it (jd/tenacity#701). Clear it inside an attempt, as
+    # that thread would, and the run still ends as the budget says, not with KeyError.
+    from tenacity import retry
+
+    calls: list[int] = []
+
+    @retry(wait=POLICY.wait(), stop=POLICY.stop(), sleep=lambda seconds: None)
+    def fails() -> None:
+        calls.append(1)
+        fails.statistics.clear()  # type: ignore[attr-defined]
+        raise OSError("down")
+
+    with pytest.raises(Exception) as caught:
+        fails()
+    assert not isinstance(caught.value, KeyError)
+    assert len(calls) == POLICY.max_attempts() + 1
