@@ -640,7 +640,9 @@ class CeleryBudget:
         dead_letter: where a spent task goes: a :class:`DeadLetterQueue`, a queue name (the
             same), or a callable taking the :class:`DeadLetter` (called in the worker;
             whatever it raises fails the task instead, so a letter is never dropped
-            silently).
+            silently). ``None`` (the default) hands it nowhere: the task fails with
+            :class:`TaskBudgetExhausted`, whose ``letter`` the result backend keeps, and a
+            warning is logged.
         retry_on: the exception type(s) worth retrying (default: any ``Exception``).
         budget: a retry budget shared by the calls of one dependency: a
             :class:`~tenacity_budget.RetryBudget` (one per worker process) or, fleet-wide,
@@ -662,7 +664,7 @@ class CeleryBudget:
         self,
         policy: BackoffPolicy,
         *,
-        dead_letter: DeadLetterDestination,
+        dead_letter: DeadLetterDestination | None = None,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         budget: _SyncRetryBudget | None = None,
     ) -> None:
@@ -670,7 +672,11 @@ class CeleryBudget:
             raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
         if isinstance(dead_letter, str):
             dead_letter = DeadLetterQueue(dead_letter)
-        if not isinstance(dead_letter, DeadLetterQueue) and not callable(dead_letter):
+        if (
+            dead_letter is not None
+            and not isinstance(dead_letter, DeadLetterQueue)
+            and not callable(dead_letter)
+        ):
             raise TypeError(
                 "dead_letter must be a DeadLetterQueue, a queue name or a callable taking "
                 f"the DeadLetter, got {type(dead_letter).__name__}"
@@ -696,7 +702,7 @@ class CeleryBudget:
                     "synchronous redis.Redis client with the same name"
                 )
         self.policy = policy
-        self.dead_letter: DeadLetterQueue | Callable[[DeadLetter], object] = dead_letter
+        self.dead_letter: DeadLetterQueue | Callable[[DeadLetter], object] | None = dead_letter
         self.retry_on: tuple[type[BaseException], ...] = types
         self.budget = budget
         _connect_publish_hook()
@@ -938,8 +944,12 @@ class CeleryBudget:
         )
         if isinstance(self.dead_letter, DeadLetterQueue):
             self.dead_letter.publish(task.app, letter)
-        else:
+        elif self.dead_letter is not None:
             self.dead_letter(letter)
+        else:
+            logger.warning(
+                "%s[%s]: budget spent, no dead-letter destination", task.name, letter.task_id
+            )
         if why is None:
             why = f"retry budget exhausted ({report.reason.value})"
         message = (

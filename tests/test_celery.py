@@ -370,6 +370,27 @@ def test_the_publish_stamp_leaves_a_malformed_deadline_for_the_worker_to_refuse(
     assert headers == {DEADLINE_HEADER: "soon", STARTED_HEADER: T0.isoformat()}
 
 
+def test_without_a_dead_letter_destination_the_task_still_fails_with_its_letter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from celery import Celery
+
+    eager = Celery("tb_eager_nodlq", set_as_current=False)
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20, jitter="none")
+    budget = CeleryBudget(policy, budget=Ledger(grants=0))
+    assert budget.dead_letter is None
+
+    def failing(self: Any) -> None:
+        raise ConnectionError("down")
+
+    task = eager.task(bind=True, name="tb.eager.nodlq")(budget(failing))
+    with caplog.at_level("WARNING", logger="tenacity_budget.celery"):
+        result = task.apply()
+    assert isinstance(result.result, TaskBudgetExhausted)
+    assert result.result.letter["report"]["reason"] == "retry_budget"
+    assert "no dead-letter destination" in caplog.text
+
+
 # The retry budget's wiring, run eagerly (task.apply) with a recording stand-in budget: a
 # unit test of the order of our calls. The real budgets run in the worker tests below.
 
