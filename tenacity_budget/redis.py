@@ -101,6 +101,7 @@ from tenacity import RetryCallState
 from .retry_budget import (
     SLICES,
     BudgetObserver,
+    BudgetParameters,
     BudgetTerms,
     Number,
     RetryBudget,
@@ -325,7 +326,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-class _RedisBudgetCore:
+class _RedisBudgetCore(BudgetParameters):
     """The construction of a :class:`RedisRetryBudget` (a base of its own, so that type
     checkers read the constructor's result from ``RedisRetryBudget.__new__``)."""
 
@@ -494,26 +495,6 @@ class RedisRetryBudget(_RedisBudgetCore):
         )
 
     # -- parameters and state ---------------------------------------------------------------
-
-    @property
-    def terms(self) -> BudgetTerms:
-        """The budget's parameters, exactly."""
-        return self._terms
-
-    @property
-    def ratio(self) -> float:
-        """Retries allowed per call deposited, fleet-wide."""
-        return float(self._terms.ratio)
-
-    @property
-    def min_per_second(self) -> float:
-        """Retries allowed per second whatever the traffic, fleet-wide."""
-        return float(self._terms.min_per_second)
-
-    @property
-    def ttl(self) -> float:
-        """The window, in seconds."""
-        return float(self._terms.ttl)
 
     @property
     def local(self) -> RetryBudget:

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SLICES",
     "BudgetObserver",
+    "BudgetParameters",
     "BudgetTerms",
     "Number",
     "RetryBudget",
@@ -237,7 +238,37 @@ def _check_name(name: object) -> str:
 # -- the in-process budget ---------------------------------------------------------------------
 
 
-class RetryBudget:
+class BudgetParameters:
+    """The parameters every retry budget exposes, read from its exact :class:`BudgetTerms`.
+
+    A base of :class:`RetryBudget` and of the Redis budget, so the accessors exist once.
+    """
+
+    __slots__ = ()
+    _terms: BudgetTerms
+
+    @property
+    def terms(self) -> BudgetTerms:
+        """The budget's parameters, exactly."""
+        return self._terms
+
+    @property
+    def ratio(self) -> float:
+        """Retries allowed per call deposited (fleet-wide, for a shared budget)."""
+        return float(self._terms.ratio)
+
+    @property
+    def min_per_second(self) -> float:
+        """Retries allowed per second whatever the traffic (fleet-wide, for a shared one)."""
+        return float(self._terms.min_per_second)
+
+    @property
+    def ttl(self) -> float:
+        """The window, in seconds."""
+        return float(self._terms.ttl)
+
+
+class RetryBudget(BudgetParameters):
     """A retry budget for one dependency, in one process (see the module for the rule).
 
     Args:
@@ -318,28 +349,6 @@ class RetryBudget:
             f"RetryBudget(ratio={_show(t.ratio)}, min_per_second={_show(t.min_per_second)}, "
             f"ttl={_show(t.ttl)}, name={self.name!r})"
         )
-
-    # -- parameters -------------------------------------------------------------------------
-
-    @property
-    def terms(self) -> BudgetTerms:
-        """The budget's parameters, exactly."""
-        return self._terms
-
-    @property
-    def ratio(self) -> float:
-        """Retries allowed per call deposited."""
-        return float(self._terms.ratio)
-
-    @property
-    def min_per_second(self) -> float:
-        """Retries allowed per second whatever the traffic."""
-        return float(self._terms.min_per_second)
-
-    @property
-    def ttl(self) -> float:
-        """The window, in seconds."""
-        return float(self._terms.ttl)
 
     # -- the window -------------------------------------------------------------------------
 

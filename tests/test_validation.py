@@ -206,7 +206,7 @@ def test_virtual_clock_fixture_keeps_pytest_durations_real(tmp_path: Path) -> No
             import time
 
             def test_an_hour(virtual_clock):
-                time.sleep(3600)
+                time.sleep(3600)  # virtual clock: allow-sleep
                 assert virtual_clock.elapsed == 3600
             """
         )
