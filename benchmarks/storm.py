@@ -97,19 +97,15 @@ SIM_ORIGIN = 10.437
 """``time.monotonic()`` at that instant: the simulated budget's clock at second 0."""
 
 
-@dataclass(frozen=True)
-class StormParams:
-    """The simulated scenario (seconds from the first call)."""
+class _Bounds:
+    """The amplification bounds of a scenario's budget (shared by both scenarios)."""
 
-    calls_per_second: float = 100.0
-    duration: float = 60.0
-    outage_start: float = 10.0
-    outage_end: float = 40.0
-    bucket: float = 0.5
-    seed: int = 2026
-    ratio: float = 0.2
-    min_per_second: float = 10.0
-    ttl: float = 10.0
+    ratio: float
+    min_per_second: float
+    calls_per_second: float
+    ttl: float
+    outage_start: float
+    outage_end: float
 
     @property
     def bound(self) -> float:
@@ -129,7 +125,22 @@ class StormParams:
 
 
 @dataclass(frozen=True)
-class RealParams:
+class StormParams(_Bounds):
+    """The simulated scenario (seconds from the first call)."""
+
+    calls_per_second: float = 100.0
+    duration: float = 60.0
+    outage_start: float = 10.0
+    outage_end: float = 40.0
+    bucket: float = 0.5
+    seed: int = 2026
+    ratio: float = 0.2
+    min_per_second: float = 10.0
+    ttl: float = 10.0
+
+
+@dataclass(frozen=True)
+class RealParams(_Bounds):
     """The real scenario: processes sharing a Redis budget, in real time."""
 
     processes: int = 4
@@ -140,20 +151,6 @@ class RealParams:
     ratio: float = 0.2
     min_per_second: float = 10.0
     ttl: float = 2.0
-
-    @property
-    def bound(self) -> float:
-        return sustained_bound(self.ratio, self.min_per_second, self.calls_per_second)
-
-    @property
-    def whole_bound(self) -> float:
-        return whole_bound(
-            self.ratio,
-            self.min_per_second,
-            self.calls_per_second,
-            self.ttl,
-            self.outage_end - self.outage_start,
-        )
 
 
 def sustained_bound(ratio: float, min_per_second: float, calls_per_second: float) -> float:
