@@ -1,9 +1,15 @@
 """The documentation cannot drift from the code.
 
-* Every ``python`` code block of the pages runs, in order, one namespace per page (blocks
-  after a ``<!-- docs-test: skip -->`` line excepted), with real sleeps forbidden: examples
-  that retry run on the virtual clock.
-* The recipes that need a remote service (the httpx client) are driven against a stand-in.
+* Every ``python`` code block of README.md and of every ``docs/*.md`` page runs as written,
+  as a test of its own (``cookbook.md:123`` names the block's fence line): in a fresh
+  namespace, or, below a ``<!-- docs-test: continue -->`` line, in the namespace of the block
+  before it on the same page (the test of such a block runs its chain's earlier blocks first).
+  A block below ``<!-- docs-test: skip: <reason> -->`` is skipped with that reason; a skip
+  without one is an error. Real sleeps are forbidden: examples that retry run on the
+  virtual clock. The ``test_*`` functions a block defines run too (with ``virtual_clock``).
+* A block that reads ``REDIS_URL`` gets a real server (``tests/_redis.py``), flushed before
+  the block runs; the HTTP recipes bring their own stand-in server (``httpx.MockTransport``
+  or an ASGI app behind ``httpx.ASGITransport``), so they run as a user would copy them.
 * The ``tenacity-budget plan`` output shown in the docs is what the command prints.
 * The API reference documents every public name, and every module of the package.
 * The figure script writes deterministic SVGs and its ``--check`` mode notices a stale one.
@@ -30,25 +36,23 @@ from typing import Any
 import pytest
 
 import tenacity_budget
+from tests._redis import RedisServer, redis_server_fixture  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-SKIP = "<!-- docs-test: skip -->"
+MARKER = "<!-- docs-test:"
+CONTINUE = "<!-- docs-test: continue -->"
+SKIP = re.compile(r"<!-- docs-test: skip(?:(?P<colon>:)(?P<reason>.*?))?\s*-->")
 OUTPUT = "<!-- docs-test: output of "
 
-# Pages whose examples run, and what each needs beyond the package and its test extras.
-PAGES: dict[str, tuple[str, ...]] = {
-    "index.md": (),
-    "getting-started.md": (),
-    "concepts.md": (),
-    "guarantee.md": ("freezegun",),
-    "cookbook.md": ("freezegun", "httpx"),
-    "deadline-propagation.md": ("freezegun", "httpx"),
-    "retry-budgets.md": ("freezegun",),
-    "testing.md": ("freezegun",),
-    "observability.md": ("freezegun", "prometheus_client", "opentelemetry.sdk", "pybreaker"),
-    "comparison.md": ("freezegun", "stamina", "backoff"),
-}
+
+def pages() -> list[str]:
+    """Every page whose blocks run: README.md and each ``docs/*.md``, by file name."""
+    return ["README.md", *sorted(p.name for p in DOCS.glob("*.md"))]
+
+
+def page_path(page: str) -> Path:
+    return ROOT / page if page == "README.md" else DOCS / page
 
 
 @dataclass(frozen=True)
@@ -56,15 +60,21 @@ class Block:
     """One fenced code block of a page."""
 
     page: str
-    line: int
+    line: int  # the fence's line number (1-based); the code starts on the next line
     language: str
     code: str
     marker: str  # the HTML comment right above the fence, or ""
 
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
 
-def blocks(page: str) -> list[Block]:
-    """Every fenced code block of ``docs/<page>``, in order."""
-    lines = (DOCS / page).read_text(encoding="utf-8").splitlines()
+
+def blocks(page: str, text: str | None = None) -> list[Block]:
+    """Every fenced code block of the page (or of ``text``, as that page), in order."""
+    if text is None:
+        text = page_path(page).read_text(encoding="utf-8")
+    lines = text.splitlines()
     found: list[Block] = []
     i = 0
     while i < len(lines):
@@ -85,8 +95,72 @@ def blocks(page: str) -> list[Block]:
     return found
 
 
-def _python_blocks(page: str) -> list[Block]:
-    return [b for b in blocks(page) if b.language == "python" and b.marker != SKIP]
+# -- the examples: every python block, its chain, and whether it is skipped --------------------
+
+
+@dataclass(frozen=True)
+class Example:
+    """A python block as the suite runs it: ``chain`` is what runs, this block last."""
+
+    block: Block
+    chain: tuple[Block, ...]
+    skip: str = ""  # the reason given on the page
+    error: str = ""  # a marker the runner refuses, and why
+
+    @property
+    def id(self) -> str:
+        return self.block.id
+
+    @property
+    def continued(self) -> bool:
+        return len(self.chain) > 1
+
+
+def _marker_of(block: Block) -> tuple[str, str]:
+    """``("run" | "continue" | "skip" | "error", detail)`` from the comment above the block."""
+    marker = block.marker
+    if not marker.startswith(MARKER):
+        return "run", ""
+    if marker == CONTINUE:
+        return "continue", ""
+    skip = SKIP.fullmatch(marker)
+    if skip is not None:
+        reason = (skip.group("reason") or "").strip()
+        if skip.group("colon") and reason:
+            return "skip", reason
+        return (
+            "error",
+            f"{block.id}: a skip marker must say why: <!-- docs-test: skip: <reason> -->",
+        )
+    return "error", f"{block.id}: unknown marker {marker!r} above a python block"
+
+
+def examples(page: str, text: str | None = None) -> list[Example]:
+    """The page's python blocks in page order, each with the chain of blocks it runs."""
+    found: list[Example] = []
+    for block in blocks(page, text):
+        if block.language != "python":
+            continue
+        kind, detail = _marker_of(block)
+        before = found[-1] if found else None
+        if kind == "skip":
+            found.append(Example(block, (block,), skip=detail))
+        elif kind == "error":
+            found.append(Example(block, (block,), error=detail))
+        elif kind == "run":
+            found.append(Example(block, (block,)))
+        elif before is None:
+            found.append(Example(block, (block,), error=f"{block.id} continues no block"))
+        elif before.skip or before.error:
+            why = "is skipped" if before.skip else "is refused"
+            error = f"{block.id} continues {before.id}, which {why}"
+            found.append(Example(block, (block,), error=error))
+        else:
+            found.append(Example(block, (*before.chain, block)))
+    return found
+
+
+ALL_EXAMPLES = [example for page in pages() for example in examples(page)]
 
 
 @contextlib.contextmanager
@@ -109,29 +183,26 @@ def _no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-def run_page(page: str) -> types.ModuleType:
-    """Execute the page's Python blocks in one fresh module, in order; return the module."""
-    name = "docs_example_" + re.sub(r"\W", "_", page.removesuffix(".md"))
-    module = types.ModuleType(name)
-    module.__file__ = str(DOCS / page)
-    sys.modules[name] = module  # dataclasses and pickling look the module up
-    try:
-        for block in _python_blocks(page):
-            code = compile(block.code, f"{DOCS / page}:{block.line}", "exec")
-            exec(code, module.__dict__)
-    finally:
-        del sys.modules[name]
-    return module
+def _compiled(block: Block) -> types.CodeType:
+    """The block's code, numbered as on its page (so a traceback shows the page's line)."""
+    return compile("\n" * block.line + block.code, str(page_path(block.page)), "exec")
 
 
-def _call_example_tests(module: types.ModuleType) -> list[str]:
-    """Run the ``test_*`` functions a page defines (its examples of tests); return their names."""
+def _test_functions(module: types.ModuleType, before: dict[str, Any]) -> dict[str, Any]:
+    """The ``test_*`` functions the last block defined (or redefined)."""
+    return {
+        name: fn
+        for name, fn in vars(module).items()
+        if name.startswith("test_") and callable(fn) and before.get(name) is not fn
+    }
+
+
+def _call_example_tests(tests: dict[str, Any]) -> list[str]:
+    """Run the ``test_*`` functions a block defines (its examples of tests); return their names."""
     from tenacity_budget.testing import set_testing, virtual_clock
 
     ran = []
-    for attr, fn in list(vars(module).items()):
-        if not attr.startswith("test_") or not callable(fn):
-            continue
+    for attr, fn in tests.items():
         with contextlib.ExitStack() as stack:
             kwargs: dict[str, Any] = {}
             for param in inspect.signature(fn).parameters:
@@ -147,25 +218,140 @@ def _call_example_tests(module: types.ModuleType) -> list[str]:
     return ran
 
 
-@pytest.mark.parametrize("page", sorted(PAGES))
-def test_page_examples_run(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    for requirement in PAGES[page]:
-        pytest.importorskip(requirement)
-    assert _python_blocks(page), f"{page} has no runnable example"
+def run_example(example: Example) -> types.ModuleType:
+    """Run the example's chain in one fresh module, then the tests its last block defines."""
+    name = "docs_example_" + re.sub(r"\W", "_", example.chain[0].id)
+    module = types.ModuleType(name)
+    module.__file__ = str(page_path(example.block.page))
+    sys.modules[name] = module  # dataclasses and pickling look the module up
+    try:
+        for earlier in example.chain[:-1]:
+            try:
+                exec(_compiled(earlier), module.__dict__)
+            except Exception as exc:
+                raise AssertionError(
+                    f"{earlier.id}, which {example.id} continues, failed: {exc!r}"
+                ) from exc
+        before = dict(vars(module))
+        exec(_compiled(example.block), module.__dict__)
+        tests = _test_functions(module, before)
+        defined = set(re.findall(r"^(?:async )?def (test_\w+)", example.block.code, re.M))
+        assert defined <= set(tests), f"{example.id}: {sorted(defined - set(tests))} not found"
+        _call_example_tests(tests)
+    finally:
+        del sys.modules[name]
+    return module
+
+
+def _needs_redis(example: Example) -> bool:
+    return any("REDIS_URL" in block.code for block in example.chain)
+
+
+@pytest.mark.parametrize("example", ALL_EXAMPLES, ids=lambda example: example.id)
+def test_docs_block_runs(
+    example: Example, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if example.error:
+        pytest.fail(example.error, pytrace=False)
+    if example.skip:
+        pytest.skip(f"{example.id}: {example.skip}")
+    if _needs_redis(example):
+        server: RedisServer = request.getfixturevalue("redis_server")
+        import redis
+
+        with redis.Redis.from_url(server.url) as client:
+            client.flushdb()
+        monkeypatch.setenv("REDIS_URL", server.url)
     with _no_real_sleep(monkeypatch):
-        module = run_page(page)
-        ran = _call_example_tests(module)
-        check = PAGE_CHECKS.get(page)
-        if check is not None:
+        module = run_example(example)
+        check = PAGE_CHECKS.get(example.block.page)
+        if check is not None and example is examples(example.block.page)[-1]:
             check(module)
-    if page == "testing.md":
-        assert ran, "the testing guide's example tests did not run"
+
+
+def test_every_page_has_a_runnable_example_and_the_testing_guide_its_tests() -> None:
+    for page in ("index.md", "getting-started.md", "testing.md"):
+        assert any(not e.skip and not e.error for e in examples(page)), page
+    assert any(
+        re.search(r"^def test_", e.block.code, re.M) and not e.skip for e in examples("testing.md")
+    ), "the testing guide shows no example test"
+
+
+def _kinds(text: str) -> list[tuple[int, tuple[int, ...], str, str]]:
+    return [
+        (e.block.line, tuple(b.line for b in e.chain), e.skip, e.error)
+        for e in examples("page.md", text)
+    ]
+
+
+def test_markers_chain_blocks_and_skips_need_a_reason() -> None:
+    page = "\n".join(
+        [
+            "```python",  # 1
+            "a = 1",
+            "```",
+            "<!-- docs-test: continue -->",
+            "```python",  # 5
+            "b = a",
+            "```",
+            "```text",
+            "not python",
+            "```",
+            "<!-- docs-test: continue -->",
+            "",
+            "```python",  # 13
+            "c = b",
+            "```",
+            "```python",  # 16
+            "fresh = True",
+            "```",
+            "<!-- docs-test: skip: talks to a real payment provider -->",
+            "```python",  # 20
+            "charge()",
+            "```",
+        ]
+    )
+    assert _kinds(page) == [
+        (1, (1,), "", ""),
+        (5, (1, 5), "", ""),
+        (13, (1, 5, 13), "", ""),
+        (16, (16,), "", ""),
+        (20, (20,), "talks to a real payment provider", ""),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("above", "below", "error"),
+    [
+        ("<!-- docs-test: skip -->", "", "page.md:2: a skip marker must say why"),
+        ("<!-- docs-test: skip:  -->", "", "page.md:2: a skip marker must say why"),
+        ("<!-- docs-test: skipped -->", "", "page.md:2: unknown marker"),
+        ("<!-- docs-test: continue -->", "", "page.md:2 continues no block"),
+        ("<!-- docs-test: skip: no -->", CONTINUE, "page.md:6 continues page.md:2, which is"),
+    ],
+)
+def test_markers_the_runner_refuses(above: str, below: str, error: str) -> None:
+    page = "\n".join([above, "```python", "x = 1", "```", below, "```python", "y = 2", "```"])
+    errors = [e.error for e in examples("page.md", page) if e.error]
+    assert errors, page
+    assert errors[0].startswith(error)
+
+
+def test_a_continued_block_runs_its_chain_and_a_failure_names_the_block() -> None:
+    page = "```python\nstart = 41\n```\n" + CONTINUE + "\n```python\nanswer = start + 1\n```\n"
+    first, second = examples("page.md", page)
+    assert run_example(second).answer == 42
+    broken = Example(second.block, (Block("page.md", 1, "python", "1 / 0", ""), second.block))
+    with pytest.raises(AssertionError, match=r"page\.md:1, which page\.md:5 continues, failed"):
+        run_example(broken)
+    assert not hasattr(run_example(first), "answer")
 
 
 # -- page-specific drives ---------------------------------------------------------------------
 
 
-# The httpx recipes run against stand-in servers (httpx.MockTransport) on their pages.
+# Run after the page's last block, with that block's namespace. The httpx recipes run
+# against stand-in servers (httpx.MockTransport, httpx.ASGITransport) on their pages.
 PAGE_CHECKS: dict[str, Callable[[types.ModuleType], None]] = {}
 
 
@@ -173,12 +359,7 @@ PAGE_CHECKS: dict[str, Callable[[types.ModuleType], None]] = {}
 
 
 def _output_blocks() -> list[Block]:
-    return [
-        b
-        for page in sorted(p.name for p in DOCS.glob("*.md"))
-        for b in blocks(page)
-        if b.marker.startswith(OUTPUT)
-    ]
+    return [b for page in pages() for b in blocks(page) if b.marker.startswith(OUTPUT)]
 
 
 def test_documented_plan_output_is_what_the_command_prints() -> None:
