@@ -236,12 +236,32 @@ def test_virtual_clock_fixture_keeps_pytest_durations_real(tmp_path: Path) -> No
         assert seconds < 60, line  # the real duration: not 3600 s, not the epoch
 
 
+def _fenced_blocks(page: str, language: str) -> list[str]:
+    """The bodies of the page's fenced blocks in ``language``, in page order."""
+    found: list[str] = []
+    lines = page.splitlines(keepends=True)
+    inside: list[str] | None = None
+    for line in lines:
+        if inside is None:
+            if line.strip() == f"```{language}":
+                inside = []
+        elif line.strip() == "```":
+            found.append("".join(inside))
+            inside = None
+        else:
+            inside.append(line)
+    return found
+
+
 def test_the_async_example_of_the_testing_guide_runs_in_a_fresh_project(tmp_path: Path) -> None:
     page = (Path(__file__).resolve().parent.parent / "docs" / "testing.md").read_text()
-    blocks = page.split("```python\n")[1:]
-    example = next(b.split("```", 1)[0] for b in blocks if "async def test_async_retries" in b)
+    # What a user copies from the guide: the configuration block and the example file.
+    config = next(b for b in _fenced_blocks(page, "toml") if "[tool.pytest.ini_options]" in b)
+    example = next(b for b in _fenced_blocks(page, "python") if "async def test_async_retries" in b)
+    (tmp_path / "pyproject.toml").write_text(config)
     (tmp_path / "test_example.py").write_text(example)
-    # A fresh project: its own rootdir, no configuration (pytest-asyncio's strict mode).
+    # A fresh project: its own rootdir, only the guide's configuration; every warning is an
+    # error, as in a strict suite (pytest-asyncio warns at start-up when it lacks its loop scope).
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error"],
         capture_output=True,
