@@ -1,7 +1,8 @@
 """httpx transports that retry within a budget and tell the next hop its deadline.
 
-Needs the ``httpx`` extra (``pip install tenacity-budget[httpx]``); importing
-``tenacity_budget`` does not import this module or httpx.
+Needs the ``httpx`` extra (``pip install 'tenacity-budget[httpx]'``); without httpx,
+importing this module raises :class:`ImportError` saying so. Importing ``tenacity_budget``
+does not import this module or httpx.
 
 :class:`AsyncBudgetTransport` and :class:`BudgetTransport` wrap another httpx transport
 (httpx's own by default) and send each request as one budgeted run of the policy::
@@ -60,8 +61,14 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from tenacity import retry_if_exception, retry_never
+
+try:
+    import httpx
+except ImportError as exc:  # a missing extra, named at import: the module is nothing without it
+    raise ImportError(
+        "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
+    ) from exc
 
 from .exhaustion import BudgetExhausted, ExhaustionReport
 from .http import _check_header_name, format_timeout_ms, retry_after
@@ -230,8 +237,12 @@ def _statuses(statuses: Iterable[int]) -> frozenset[int]:
     for status in found:
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(f"retry_statuses must hold ints, got {status!r}")
-        if not 100 <= status <= 599:
-            raise ValueError(f"retry_statuses must be HTTP status codes (100-599), got {status}")
+        if not 400 <= status <= 599:
+            # A success, a redirect or an informational answer is the server's answer, never
+            # a failure to try again: only client (4xx) and server (5xx) errors are retried.
+            raise ValueError(
+                f"retry_statuses must hold 4xx or 5xx status codes (400-599), got {status}"
+            )
     return found
 
 
@@ -289,7 +300,7 @@ class BudgetTransport(_Options, httpx.BaseTransport):
     Args:
         policy: the budget of each request (its ``max_elapsed``, deadline and backoff).
         transport: the transport to send through; default ``httpx.HTTPTransport()``.
-        retry_statuses: response statuses to retry.
+        retry_statuses: response statuses to retry: 4xx and 5xx codes only.
         methods: request methods to retry (upper case); any other is sent once, still
             bounded by the time left and carrying the deadline header.
         deadline_header: the header carrying the time left in whole milliseconds;
