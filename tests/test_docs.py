@@ -247,6 +247,20 @@ def _needs_redis(example: Example) -> bool:
     return any("REDIS_URL" in block.code for block in example.chain)
 
 
+def _start_services(
+    example: Example, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain that reads ``REDIS_URL`` gets the session's real server, emptied first."""
+    if not _needs_redis(example):
+        return
+    server: RedisServer = request.getfixturevalue("redis_server")
+    import redis
+
+    with redis.Redis.from_url(server.url) as client:
+        client.flushdb()
+    monkeypatch.setenv("REDIS_URL", server.url)
+
+
 @pytest.mark.parametrize("example", ALL_EXAMPLES, ids=lambda example: example.id)
 def test_docs_block_runs(
     example: Example, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -255,13 +269,7 @@ def test_docs_block_runs(
         pytest.fail(example.error, pytrace=False)
     if example.skip:
         pytest.skip(f"{example.id}: {example.skip}")
-    if _needs_redis(example):
-        server: RedisServer = request.getfixturevalue("redis_server")
-        import redis
-
-        with redis.Redis.from_url(server.url) as client:
-            client.flushdb()
-        monkeypatch.setenv("REDIS_URL", server.url)
+    _start_services(example, request, monkeypatch)
     with _no_real_sleep(monkeypatch):
         module = run_example(example)
         check = PAGE_CHECKS.get(example.block.page)
@@ -345,6 +353,29 @@ def test_a_continued_block_runs_its_chain_and_a_failure_names_the_block() -> Non
     with pytest.raises(AssertionError, match=r"page\.md:1, which page\.md:5 continues, failed"):
         run_example(broken)
     assert not hasattr(run_example(first), "answer")
+
+
+def test_a_block_that_reads_redis_url_gets_an_empty_real_server(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = "\n".join(
+        [
+            "import os",
+            "from redis import Redis",
+            'client = Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))',
+            'was = client.get("docs-test-key")',
+            'client.set("docs-test-key", "set by the block")',
+        ]
+    )
+    block = Block("page.md", 1, "python", code, "")
+    for _ in range(2):  # the second run finds the server emptied again
+        _start_services(Example(block, (block,)), request, monkeypatch)
+        module = run_example(Example(block, (block,)))
+        assert module.was is None
+        assert module.client.get("docs-test-key") == b"set by the block"
+        module.client.close()
+    server: RedisServer = request.getfixturevalue("redis_server")
+    assert module.client.connection_pool.connection_kwargs["port"] == server.port
 
 
 # -- page-specific drives ---------------------------------------------------------------------
