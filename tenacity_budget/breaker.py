@@ -49,8 +49,7 @@ try:
     import pybreaker
 except ImportError as exc:
     raise ImportError(
-        "tenacity_budget.breaker needs pybreaker; install it with "
-        "`pip install 'tenacity-budget[breaker]'`"
+        "tenacity_budget.breaker needs pybreaker: pip install 'tenacity-budget[breaker]'"
     ) from exc
 
 __all__ = ["guarded", "stop_when_open"]

@@ -49,8 +49,7 @@ try:
     from opentelemetry import metrics
 except ImportError as exc:
     raise ImportError(
-        "tenacity_budget.otel needs opentelemetry-api; install it with "
-        "`pip install 'tenacity-budget[otel]'`"
+        "tenacity_budget.otel needs opentelemetry-api: pip install 'tenacity-budget[otel]'"
     ) from exc
 
 from .exhaustion import ExhaustionReport

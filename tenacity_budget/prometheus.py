@@ -48,8 +48,8 @@ try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 except ImportError as exc:
     raise ImportError(
-        "tenacity_budget.prometheus needs prometheus-client; install it with "
-        "`pip install 'tenacity-budget[prometheus]'`"
+        "tenacity_budget.prometheus needs prometheus-client: "
+        "pip install 'tenacity-budget[prometheus]'"
     ) from exc
 
 from .exhaustion import ExhaustionReport

@@ -21,8 +21,9 @@ Two tools, for two kinds of test:
               fetch()
           assert clock.sleeps == policy.schedule(seed=7)
 
-  It needs the ``testing`` extra (``pip install tenacity-budget[testing]``); importing this
-  module does not.
+  It needs the ``testing`` extra (``pip install 'tenacity-budget[testing]'``, for
+  freezegun); importing this module does not, and using the clock without it raises an
+  ``ImportError`` saying so.
 
 * :func:`set_testing` and :func:`testing_mode` switch every budgeted strategy to zero-wait,
   bounded-attempt mode, like stamina's ``set_testing``, for suites that only care that the
@@ -40,7 +41,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
@@ -52,9 +53,19 @@ if TYPE_CHECKING:
 __all__ = ["VirtualClock", "set_testing", "testing_mode", "virtual_clock"]
 
 _INSTALL_HINT = (
-    "tenacity_budget.testing.virtual_clock needs freezegun; "
-    "install it with: pip install tenacity-budget[testing]"
+    "tenacity_budget.testing.virtual_clock needs freezegun: pip install 'tenacity-budget[testing]'"
 )
+
+
+def _freezegun() -> ModuleType:
+    """The ``freezegun`` package (its ``api`` loaded), or the extra's ``ImportError``."""
+    try:
+        import freezegun
+        import freezegun.api
+    except ImportError as exc:
+        raise ImportError(_INSTALL_HINT) from exc
+    return freezegun
+
 
 # freezegun hands real time to any caller within a few frames of a module on its ignore list.
 # "threading" is on it (so that threading's own timeouts keep working), which would give a
@@ -109,6 +120,7 @@ class VirtualClock:
     """
 
     def __init__(self, start: datetime | None = None) -> None:
+        _freezegun()  # the first use: without the extra, say which one to install
         if start is not None:
             if not isinstance(start, datetime):
                 raise TypeError(
@@ -276,11 +288,7 @@ class VirtualClock:
 
     def __enter__(self) -> VirtualClock:
         global _active
-        try:
-            import freezegun
-            import freezegun.api
-        except ImportError as exc:
-            raise ImportError(_INSTALL_HINT) from exc
+        freezegun = _freezegun()
         if self._used:
             raise RuntimeError("a VirtualClock runs once; create a new one with virtual_clock()")
         with _active_lock:
@@ -383,8 +391,8 @@ def virtual_clock(start: datetime | None = None) -> VirtualClock:
         start: the timezone-aware instant to start at.
 
     Raises:
-        ImportError: on entering, when freezegun is not installed
-            (``pip install tenacity-budget[testing]``).
+        ImportError: when freezegun is not installed
+            (``pip install 'tenacity-budget[testing]'``).
     """
     return VirtualClock(start)
 

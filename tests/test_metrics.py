@@ -463,21 +463,59 @@ def test_all_observers_see_the_same_run(otel: OTel, frozen: FrozenDateTimeFactor
 # -- optional imports ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("module", "package", "extra"),
-    [
-        ("tenacity_budget.prometheus", "prometheus_client", "prometheus"),
-        ("tenacity_budget.otel", "opentelemetry", "otel"),
-        ("tenacity_budget.breaker", "pybreaker", "breaker"),
-    ],
-)
+MISSING_EXTRAS = [
+    # our module, the library it imports, its distribution, the extra that installs it
+    ("tenacity_budget.prometheus", "prometheus_client", "prometheus-client", "prometheus"),
+    ("tenacity_budget.otel", "opentelemetry", "opentelemetry-api", "otel"),
+    ("tenacity_budget.breaker", "pybreaker", "pybreaker", "breaker"),
+]
+
+
+@pytest.mark.parametrize(("module", "package", "distribution", "extra"), MISSING_EXTRAS)
 def test_missing_extra_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch, module: str, package: str, extra: str
+    monkeypatch: pytest.MonkeyPatch, module: str, package: str, distribution: str, extra: str
 ) -> None:
     monkeypatch.setitem(sys.modules, package, None)  # makes `import package` fail
-    monkeypatch.delitem(sys.modules, module, raising=False)
-    with pytest.raises(ImportError, match=rf"tenacity-budget\[{extra}\]"):
+    monkeypatch.delitem(sys.modules, module, raising=False)  # restored after the test
+    with pytest.raises(ImportError) as caught:
         importlib.import_module(module)
+    assert str(caught.value) == (
+        f"{module} needs {distribution}: pip install 'tenacity-budget[{extra}]'"
+    )
+    assert type(caught.value) is ImportError
+    assert isinstance(caught.value.__cause__, ModuleNotFoundError)
+    assert caught.value.__cause__.name == package
+
+
+@pytest.mark.parametrize(("module", "package", "distribution", "extra"), MISSING_EXTRAS)
+def test_missing_extra_in_a_fresh_interpreter(
+    module: str, package: str, distribution: str, extra: str
+) -> None:
+    # As a user without the extra meets it: the first import of the module, in a new process.
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules[{package!r}] = None
+        try:
+            import {module}
+        except ImportError as exc:
+            print(type(exc).__name__, type(exc.__cause__).__name__)
+            print(exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "ImportError ModuleNotFoundError",
+        f"{module} needs {distribution}: pip install 'tenacity-budget[{extra}]'",
+    ]
 
 
 def test_importing_the_package_needs_no_extra() -> None:

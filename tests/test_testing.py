@@ -53,6 +53,9 @@ POLICIES: dict[str, dict[str, Any]] = {
     "one_hour": {"base": 60, "factor": 2, "cap": 600, "max_elapsed": 3600},
 }
 REPO = Path(__file__).resolve().parents[1]
+MISSING_FREEZEGUN = (
+    "tenacity_budget.testing.virtual_clock needs freezegun: pip install 'tenacity-budget[testing]'"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -193,12 +196,17 @@ def test_missing_freezegun_gives_the_install_hint(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "freezegun", None)
     monkeypatch.setitem(sys.modules, "freezegun.api", None)
     for _ in range(2):  # a failed start leaves no clock marked as running
-        with (
-            pytest.raises(ImportError, match=r"pip install tenacity-budget\[testing\]"),
-            virtual_clock(START),
-        ):
+        with pytest.raises(ImportError) as caught, virtual_clock(START):
             pass
+        assert str(caught.value) == MISSING_FREEZEGUN
+        assert isinstance(caught.value.__cause__, ModuleNotFoundError)
     assert _real_sleep_functions() == before
+    # The first use is the call: a clock built without the extra is refused at once.
+    with pytest.raises(ImportError, match="needs freezegun"):
+        virtual_clock()
+    monkeypatch.undo()
+    with virtual_clock(START) as clock:  # and the clock works once freezegun is back
+        assert clock.running
 
 
 def test_importing_the_toolkit_does_not_need_freezegun() -> None:
@@ -208,12 +216,13 @@ def test_importing_the_toolkit_does_not_need_freezegun() -> None:
         "try:\n"
         "    tenacity_budget.testing.virtual_clock().__enter__()\n"
         "except ImportError as exc:\n"
+        "    print(type(exc.__cause__).__name__)\n"
         "    print(exc)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
-    assert "pip install tenacity-budget[testing]" in result.stdout
+    assert result.stdout.splitlines() == ["ModuleNotFoundError", MISSING_FREEZEGUN]
 
 
 def test_sub_microsecond_sleeps_add_up_on_the_clock() -> None:
