@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import io
@@ -106,6 +107,7 @@ class Example:
     chain: tuple[Block, ...]
     skip: str = ""  # the reason given on the page
     error: str = ""  # a marker the runner refuses, and why
+    last: bool = False  # the page's last python block: its PAGE_CHECKS run after it
 
     @property
     def id(self) -> str:
@@ -157,6 +159,8 @@ def examples(page: str, text: str | None = None) -> list[Example]:
             found.append(Example(block, (block,), error=error))
         else:
             found.append(Example(block, (*before.chain, block)))
+    if found:
+        found[-1] = dataclasses.replace(found[-1], last=True)
     return found
 
 
@@ -273,7 +277,7 @@ def test_docs_block_runs(
     with _no_real_sleep(monkeypatch):
         module = run_example(example)
         check = PAGE_CHECKS.get(example.block.page)
-        if check is not None and example is examples(example.block.page)[-1]:
+        if check is not None and example.last:
             check(module)
 
 
@@ -376,6 +380,31 @@ def test_a_block_that_reads_redis_url_gets_an_empty_real_server(
         module.client.close()
     server: RedisServer = request.getfixturevalue("redis_server")
     assert module.client.connection_pool.connection_kwargs["port"] == server.port
+
+
+def test_markers_stand_above_the_blocks_they_apply_to() -> None:
+    misplaced = [
+        f"{block.id}: {block.marker}"
+        for page in pages()
+        for block in blocks(page)
+        if block.marker.startswith(MARKER)
+        and (block.language == "python") == block.marker.startswith(OUTPUT)
+    ]
+    assert misplaced == []
+
+
+def test_the_page_check_runs_after_the_last_block_with_its_namespace(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = "```python\nx = 1\n```\n\n```python\nx = 2\n```\n"
+    seen: list[int] = []
+    monkeypatch.setitem(PAGE_CHECKS, "page.md", lambda module: seen.append(module.x))
+    first, second = examples("page.md", page)
+    assert (first.last, second.last) == (False, True)
+    test_docs_block_runs(first, request, monkeypatch)
+    assert seen == []
+    test_docs_block_runs(second, request, monkeypatch)
+    assert seen == [2]
 
 
 # -- page-specific drives ---------------------------------------------------------------------
