@@ -37,15 +37,21 @@ if TYPE_CHECKING:
 __all__ = ["BackoffPolicy"]
 
 
-def _not_a_bool(value: Any) -> Any:
-    # pydantic's lax mode reads True as 1.0; a bool is never meant as a number of seconds.
-    # Numeric strings ("1.5", from the environment or JSON) stay accepted.
+def _a_number(value: Any, info: ValidationInfo) -> Any:
+    # pydantic's lax mode reads True as 1.0 and "1.5" (or b"1.5") as 1.5; neither a bool nor
+    # text is meant as a number of seconds: a configuration read as text is parsed by its
+    # reader, where a typo is caught. Numbers (int, float, Decimal, Fraction) pass on.
     if isinstance(value, bool):
-        raise ValueError(f"expected a number, got the bool {value!r}")
+        raise ValueError(f"{info.field_name} must be a number, got the bool {value!r}")
+    if isinstance(value, str | bytes | bytearray):
+        raise ValueError(
+            f"{info.field_name} must be a number, got the {type(value).__name__} {value!r}; "
+            "pass a number (float(...)), not text"
+        )
     return value
 
 
-Seconds = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
+Seconds = Annotated[float, BeforeValidator(_a_number), Field(allow_inf_nan=False)]
 
 
 def _refused(exc: ValidationError, given: dict[str, Any]) -> ValidationError:

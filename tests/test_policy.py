@@ -10,6 +10,7 @@ import itertools
 import math
 import random
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -46,8 +47,11 @@ BAD_CONFIGURATIONS: list[tuple[dict[str, Any], str, str]] = [
     ({"max_elapsed": math.inf}, "max_elapsed", "finite"),
     ({"attempt_duration": math.nan}, "attempt_duration", "finite"),
     ({"attempt_duration": math.inf}, "attempt_duration", "finite"),
-    ({"base": "nan"}, "base", "finite"),
-    ({"base": "1e400"}, "base", "finite"),
+    ({"base": Decimal("NaN")}, "base", "finite"),
+    ({"base": Decimal("1e400")}, "base", "finite"),
+    # Text is not a number (issue 15: "nan" and "1e400" were read as numbers before).
+    ({"base": "nan"}, "base", "base must be a number, got the str"),
+    ({"base": "1e400"}, "base", "base must be a number, got the str"),
     ({"base": 0.0}, "base", "greater than 0"),
     ({"base": -1.0}, "base", "greater than 0"),
     ({"cap": 0.0}, "cap", "greater than 0"),

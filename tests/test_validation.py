@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -49,12 +50,43 @@ def test_booleans_are_refused_for_every_numeric_field(field: str, flag: bool) ->
     assert "bool" in str(caught.value)
 
 
-def test_numeric_strings_stay_accepted() -> None:
-    policy = BackoffPolicy(
-        base="1.5", factor="2", cap="60", max_elapsed=" 300 ", attempt_duration="0.5"
-    )
-    assert (policy.base, policy.factor, policy.cap, policy.max_elapsed) == (1.5, 2.0, 60.0, 300.0)
-    assert policy.attempt_duration == 0.5
+@pytest.mark.parametrize("field", NUMERIC)
+@pytest.mark.parametrize("text", ["1.5", " 300 ", "2", b"1.5", bytearray(b"2")])
+def test_strings_and_bytes_are_refused_for_every_numeric_field(field: str, text: object) -> None:
+    # Issue 15 inverts issue 9's "numeric strings stay accepted": text is not a number.
+    fields = {"base": 1.5, "factor": 2.0, "cap": 60.0, "max_elapsed": 300.0}
+    with pytest.raises(pydantic.ValidationError) as caught:
+        BackoffPolicy(**{**fields, field: text})
+    errors = caught.value.errors()
+    assert [error["loc"] for error in errors] == [(field,)]
+    assert f"{field} must be a number" in str(caught.value)
+    assert type(text).__name__ in str(caught.value)
+
+
+def test_numeric_strings_in_json_are_refused_too() -> None:
+    with pytest.raises(pydantic.ValidationError, match="base must be a number, got the str"):
+        BackoffPolicy.model_validate_json('{"base": "1.5", "cap": 60, "max_elapsed": 300}')
+
+
+def test_for_deadline_refuses_text_naming_the_field() -> None:
+    with pytest.raises(pydantic.ValidationError, match="cap must be a number, got the str"):
+        BackoffPolicy.for_deadline(NOW + timedelta(hours=1), now=NOW, base=1, cap="60")
+
+
+@pytest.mark.parametrize("number", [1, 1.5, Decimal("1.5"), Fraction(3, 2)], ids=repr)
+def test_numbers_of_every_kind_stay_accepted(number: object) -> None:
+    policy = BackoffPolicy(base=number, cap=60, max_elapsed=300, attempt_duration=number)
+    assert policy.base == float(number)  # type: ignore[arg-type]
+    assert policy.attempt_duration == float(number)  # type: ignore[arg-type]
+    assert type(policy.base) is float
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=12) | st.binary(max_size=12), st.sampled_from(NUMERIC))
+def test_no_text_is_ever_read_as_a_number(text: str | bytes, field: str) -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        BackoffPolicy(**{**VALID, field: text})
+    assert f"{field} must be a number" in str(caught.value)
 
 
 def test_the_extreme_policy_of_the_issue_is_valid() -> None:
