@@ -139,26 +139,114 @@ def observers_of(
 # -- the arithmetic --------------------------------------------------------------------------
 
 
-def _exact(value: object, what: str) -> Fraction:
-    """``value`` as an exact fraction: a float is read as the decimal it prints as."""
+# The largest numerator or denominator an exact parameter (int, Fraction, Decimal) may have:
+# beyond it the budget's integer arithmetic would grow without bound.
+_EXACT_LIMIT = 2**64
+
+# A Decimal's digits and exponent, trailing zeros stripped, within which its fraction may
+# still have terms of at most _EXACT_LIMIT (so it is built only then): a whole number of
+# more than 20 digits exceeds 2**64; a fraction d / 10**k in lowest terms keeps a
+# denominator of at least 2**k or 5**k (d is not a multiple of 10), so k <= 64, and then its
+# numerator, at least d / 10**k, has at most 84 digits.
+_WHOLE_DIGITS = 20
+_FRACTION_PLACES = 64
+_FRACTION_DIGITS = 84
+
+
+def _too_large(what: str, shown: str) -> ValueError:
+    return ValueError(
+        f"{what} is too large or too finely divided to count exactly: as a fraction its "
+        f"numerator and denominator must be at most 2**64, got {shown}"
+    )
+
+
+def _shown_int(number: int) -> str:
+    bits = abs(number).bit_length()
+    return repr(number) if bits <= 256 else f"an int of {bits} bits"
+
+
+def _decimal_fraction(value: Decimal, what: str) -> Fraction:
+    """A finite ``value`` as a fraction, refused before any big arithmetic when too large."""
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    end = len(digits)
+    while end and digits[end - 1] == 0:
+        end -= 1
+    if not end:
+        return Fraction(0)
+    exponent += len(digits) - end
+    if (exponent >= 0 and end + exponent > _WHOLE_DIGITS) or (
+        exponent < 0 and (-exponent > _FRACTION_PLACES or end > _FRACTION_DIGITS)
+    ):
+        raise _too_large(what, _shown(value))
+    number = int("".join(map(str, digits[:end])))
+    if sign:
+        number = -number
+    exact = Fraction(number * 10**exponent) if exponent >= 0 else Fraction(number, 10**-exponent)
+    if abs(exact.numerator) > _EXACT_LIMIT or exact.denominator > _EXACT_LIMIT:
+        raise _too_large(what, _shown(value))
+    return exact
+
+
+def _exact(value: object, what: str, *, positive: bool = False) -> Fraction:
+    """``value`` as an exact fraction: a float is read as the decimal it prints as.
+
+    An exact ``value`` (an int, a ``Fraction``, a ``Decimal``) whose numerator or
+    denominator would exceed ``2**64`` is refused before it is computed. With
+    ``positive``, zero is refused too.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Real | Decimal):
         raise TypeError(f"{what} must be a number, got {type(value).__name__}")
     if isinstance(value, Decimal):
         if not value.is_finite():
             raise ValueError(f"{what} must be finite, got {value!r}")
-        exact = Fraction(value)
-    elif isinstance(value, numbers.Rational):
-        exact = Fraction(int(value.numerator), int(value.denominator))
-    else:
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError(f"{what} must be finite, got {number!r}")
-        # repr() is the shortest decimal that reads back as this float: 0.2 -> "0.2",
-        # one fifth, where Fraction(0.2) would be 3602879701896397/18014398509481984.
-        exact = Fraction(repr(number))
-    if exact < 0:
-        raise ValueError(f"{what} must be >= 0, got {value!r}")
-    return exact
+        if value < 0 or (positive and not value):
+            raise _out_of_range(what, value, positive)
+        return _decimal_fraction(value, what)
+    if isinstance(value, numbers.Rational):
+        numerator, denominator = int(value.numerator), int(value.denominator)
+        if numerator < 0 or (positive and not numerator):
+            raise _out_of_range(what, value, positive)
+        # int and Fraction are in lowest terms already; another Rational is reduced while
+        # that is cheap.
+        if (numerator > _EXACT_LIMIT or denominator > _EXACT_LIMIT) and max(
+            numerator.bit_length(), denominator.bit_length()
+        ) <= 4096:
+            reduced = Fraction(numerator, denominator)
+            numerator, denominator = reduced.numerator, reduced.denominator
+        if numerator > _EXACT_LIMIT or denominator > _EXACT_LIMIT:
+            shown = _shown_int(numerator)
+            if denominator != 1:
+                shown = f"{shown} / {_shown_int(denominator)}"
+            raise _too_large(what, shown)
+        return Fraction(numerator, denominator)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be finite, got {number!r}")
+    if number < 0 or (positive and not number):
+        raise _out_of_range(what, value, positive)
+    # repr() is the shortest decimal that reads back as this float: 0.2 -> "0.2",
+    # one fifth, where Fraction(0.2) would be 3602879701896397/18014398509481984.
+    return Fraction(repr(number))
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message, in a few words however large it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _shown_int(value)
+    if isinstance(value, Fraction):
+        return f"{_shown_int(value.numerator)} / {_shown_int(value.denominator)}"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def _out_of_range(what: str, value: object, positive: bool) -> ValueError:
+    shown = _shown(value)
+    if positive:
+        return ValueError(
+            f"{what} must be > 0 seconds: a window of no time would count nothing, got {shown}"
+        )
+    return ValueError(f"{what} must be >= 0, got {shown}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +294,13 @@ def budget_terms(ratio: object, min_per_second: object, ttl: object) -> BudgetTe
 
     Raises:
         TypeError: for a parameter that is not a number (a bool is not one).
-        ValueError: for a negative or non-finite parameter, or a ``ttl`` of zero.
+        ValueError: for a negative or non-finite parameter, a ``ttl`` that is not
+            ``> 0``, or an exact parameter whose numerator or denominator exceeds
+            ``2**64``.
     """
     exact_ratio = _exact(ratio, "ratio")
     exact_min = _exact(min_per_second, "min_per_second")
-    exact_ttl = _exact(ttl, "ttl")
-    if exact_ttl == 0:
-        raise ValueError("ttl must be > 0 seconds: a window of no time would count nothing")
+    exact_ttl = _exact(ttl, "ttl", positive=True)
     reserve = exact_min * exact_ttl
     cost = math.lcm(exact_ratio.denominator, reserve.denominator)
     return BudgetTerms(
@@ -281,8 +369,9 @@ class RetryBudget(BudgetParameters):
 
     Raises:
         TypeError: for a parameter that is not a number, or an observer that is not one.
-        ValueError: for a negative or non-finite parameter, a zero ``ttl`` or an empty
-            ``name``.
+        ValueError: for a negative or non-finite parameter, a ``ttl`` that is not ``> 0``,
+            an int, ``Fraction`` or ``Decimal`` parameter whose numerator or denominator
+            exceeds ``2**64``, or an empty ``name``.
 
     Example:
         >>> budget = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -181,9 +183,15 @@ def test_exact_parameter_types_are_accepted() -> None:
     [
         ({"ratio": -0.1}, ValueError, "ratio must be >= 0"),
         ({"min_per_second": -1}, ValueError, "min_per_second must be >= 0"),
-        ({"ttl": -10}, ValueError, "ttl must be >= 0"),
+        # Issue 15: a negative ttl says what it must be, as a zero one does.
+        ({"ttl": -10}, ValueError, "ttl must be > 0"),
+        ({"ttl": -1}, ValueError, "ttl must be > 0"),
+        ({"ttl": -0.5}, ValueError, "ttl must be > 0"),
+        ({"ttl": Decimal("-1")}, ValueError, "ttl must be > 0"),
+        ({"ttl": Fraction(-1, 3)}, ValueError, "ttl must be > 0"),
         ({"ttl": 0}, ValueError, "ttl must be > 0"),
         ({"ttl": 0.0}, ValueError, "ttl must be > 0"),
+        ({"ttl": Decimal("0E-999999")}, ValueError, "ttl must be > 0"),
         ({"ratio": math.nan}, ValueError, "ratio must be finite"),
         ({"ratio": math.inf}, ValueError, "ratio must be finite"),
         ({"min_per_second": math.inf}, ValueError, "min_per_second must be finite"),
@@ -202,6 +210,122 @@ def test_bad_parameters_are_refused_at_construction(
 ) -> None:
     with pytest.raises(error, match=message):
         RetryBudget(**kwargs)
+
+
+TOO_LARGE = "too large or too finely divided to count exactly"
+EXTREME_EXACT: list[object] = [
+    Decimal("1e999999"),
+    Decimal("1e-999999"),
+    Decimal("1e999999999999999999"),
+    Decimal("1e-999999999999999999"),
+    Decimal("18446744073709551617"),  # 2**64 + 1
+    Decimal("1e-65"),
+    Decimal("0." + "3" * 90),
+    2**64 + 1,
+    10**100_000,
+    Fraction(1, 2**64 + 1),
+    Fraction(2**64 + 1, 3),
+    Fraction(3, 10**100_000),
+]
+
+
+@pytest.mark.parametrize("name", ["ratio", "min_per_second", "ttl"])
+@pytest.mark.parametrize("value", EXTREME_EXACT, ids=lambda v: f"{type(v).__name__}-{hash(v)}")
+def test_exact_parameters_beyond_two_to_the_64_are_refused_naming_them(
+    name: str, value: object
+) -> None:
+    with pytest.raises(ValueError, match=TOO_LARGE) as caught:
+        RetryBudget(**{name: value})  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message.startswith(f"{name} is {TOO_LARGE}")
+    assert "2**64" in message
+    assert len(message) < 300  # the value is shown in a few words, however large
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        2**64,
+        Fraction(1, 2**64),
+        Fraction(2**64, 2**64 - 1),
+        Decimal("18446744073709551616"),  # 2**64
+        Decimal("5.421010862427522170037264004349708557128906250E-20"),  # 2**-64
+        Decimal("1" + "0" * 100_000 + "e-100000"),  # 1, written with 100001 digits
+        Decimal("0.5" + "0" * 1000),
+    ],
+    ids=repr,
+)
+def test_exact_parameters_up_to_two_to_the_64_count_exactly(value: object) -> None:
+    exact = Fraction(value)  # type: ignore[arg-type]
+    budget = RetryBudget(ratio=value, min_per_second=0, ttl=value)  # type: ignore[arg-type]
+    assert budget.terms.ratio == exact
+    assert budget.terms.ttl == exact
+
+
+def test_the_extreme_parameters_are_refused_within_a_generous_bound() -> None:
+    # The promise is "at once": never a long computation or a MemoryError (10**10**18 cannot
+    # be built at all). A fresh process, ended at 60 s, bounds it whatever the machine's load.
+    code = (
+        "from decimal import Decimal\n"
+        "from tenacity_budget import RetryBudget\n"
+        "for name in ('ratio', 'min_per_second', 'ttl'):\n"
+        "    for text in ('1e999999', '1e-999999', '1e999999999999999999', "
+        "'1e-999999999999999999'):\n"
+        "        try:\n"
+        "            RetryBudget(**{name: Decimal(text)})\n"
+        "        except ValueError as exc:\n"
+        "            print(str(exc).split(':')[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"{name} is {TOO_LARGE}" for name in ("ratio", "min_per_second", "ttl") for _ in range(4)
+    ]
+
+
+def _any_parameter() -> st.SearchStrategy[object]:
+    return st.one_of(
+        st.decimals(allow_nan=True, allow_infinity=True),
+        st.builds(
+            lambda digits, exponent: Decimal(f"{digits}e{exponent}"),
+            st.integers(min_value=-(10**30), max_value=10**30),
+            st.integers(min_value=-(10**18) + 100, max_value=10**18 - 100),
+        ),
+        st.fractions(),
+        st.builds(Fraction, st.integers(), st.integers(min_value=1)),
+        st.integers(),
+        st.integers(min_value=0, max_value=400).map(lambda e: 10**e),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.booleans(),
+        st.text(max_size=5),
+        st.none(),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(ratio=_any_parameter(), min_per_second=_any_parameter(), ttl=_any_parameter())
+def test_any_parameters_construct_or_are_refused_with_a_type_or_value_error(
+    ratio: object, min_per_second: object, ttl: object
+) -> None:
+    try:
+        budget = RetryBudget(ratio, min_per_second, ttl)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        assert message.split(" ", 1)[0] in ("ratio", "min_per_second", "ttl"), message
+        return
+    # Constructed: every exact parameter was taken exactly, and its terms stayed small.
+    terms = budget.terms
+    for given_value, kept in zip(
+        (ratio, min_per_second, ttl), (terms.ratio, terms.min_per_second, terms.ttl), strict=True
+    ):
+        if isinstance(given_value, int | Fraction | Decimal):
+            assert kept == Fraction(given_value)
+            assert kept.numerator <= 2**64
+            assert kept.denominator <= 2**64
+    assert terms.ttl > 0
+    assert budget.balance >= 0
 
 
 def test_huge_and_tiny_parameters_count_exactly(virtual_clock: VirtualClock) -> None:
