@@ -38,6 +38,17 @@ class StopReason(enum.StrEnum):
     """Another stop strategy composed with the budget ended the run."""
 
 
+def _headline(reason: StopReason) -> str:
+    """What gave out, for messages: ``"time budget exhausted (count)"``.
+
+    The time budget (the policy's ``max_elapsed``, its deadline) is what every reason but
+    one names; ``"retry budget"`` is for a :class:`~tenacity_budget.RetryBudget`'s refusal
+    only: ``"retry budget exhausted (retry_budget)"``. The reason's value is in parentheses.
+    """
+    spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
+    return f"{spent} exhausted ({reason.value})"
+
+
 @dataclass(frozen=True, slots=True)
 class ExhaustionReport:
     """An immutable record of how a budgeted run spent its budget.
@@ -112,7 +123,7 @@ class BudgetExhausted(RetryError):
         r = self.report
         budget = f"{r.budget:g} s" if r.budget is not None else "no budget"
         return (
-            f"retry budget exhausted ({r.reason.value}): {r.attempts} attempts, "
+            f"{_headline(r.reason)}: {r.attempts} attempts, "
             f"slept {r.slept:.3f} s, elapsed {r.elapsed:.3f} s of {budget}; "
             f"last: {r.last_exception!r}"
         )

@@ -10,13 +10,21 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pydantic
 import pytest
+import tenacity
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tenacity_budget import BackoffPolicy, BudgetExhausted
+from tenacity_budget import (
+    BackoffPolicy,
+    BudgetExhausted,
+    ExhaustionReport,
+    RetryBudget,
+    StopReason,
+)
 from tenacity_budget.testing import VirtualClock, virtual_clock
 
 VALID = {"base": 1.0, "cap": 60.0, "max_elapsed": 300.0}
@@ -303,3 +311,72 @@ def test_the_async_example_of_the_testing_guide_runs_in_a_fresh_project(tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+# -- issue 15: exhaustion messages name what was spent ---------------------------------------
+
+
+def _exhausted(**retry: Any) -> BudgetExhausted:
+    policy = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=30, jitter="none")
+
+    @policy.retry(**retry)
+    def fails() -> None:
+        raise OSError("down")
+
+    with virtual_clock(NOW), pytest.raises(BudgetExhausted) as caught:
+        fails()
+    return caught.value
+
+
+def test_a_run_that_spent_its_time_budget_says_so() -> None:
+    exhausted = _exhausted()
+    assert exhausted.report.reason is StopReason.COUNT
+    assert str(exhausted).startswith("time budget exhausted (count): 6 attempts, slept 23.000 s")
+    assert "retry budget" not in str(exhausted)
+
+
+def test_a_run_stopped_by_its_deadline_names_the_time_budget() -> None:
+    exhausted = _exhausted(deadline=NOW + timedelta(seconds=5))
+    assert exhausted.report.reason is StopReason.DEADLINE
+    assert str(exhausted).startswith("time budget exhausted (deadline): ")
+    assert "retry budget" not in str(exhausted)
+
+
+def test_a_run_stopped_by_another_stop_names_the_time_budget() -> None:
+    exhausted = _exhausted(stop=tenacity.stop_after_attempt(2))
+    assert exhausted.report.reason is StopReason.OTHER
+    assert str(exhausted).startswith("time budget exhausted (other): 2 attempts")
+
+
+def test_only_a_retry_budget_refusal_speaks_of_the_retry_budget() -> None:
+    exhausted = _exhausted(budget=RetryBudget(ratio=0, min_per_second=0))
+    assert exhausted.report.reason is StopReason.RETRY_BUDGET
+    assert str(exhausted).startswith("retry budget exhausted (retry_budget): 1 attempts")
+    assert "time budget" not in str(exhausted)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    reason=st.sampled_from(StopReason),
+    attempts=st.integers(min_value=1, max_value=10**6),
+    budget=st.none() | st.floats(min_value=1e-3, max_value=1e9),
+)
+def test_every_reason_names_what_was_spent_with_its_value_in_parentheses(
+    reason: StopReason, attempts: int, budget: float | None
+) -> None:
+    last = tenacity.Future(attempts)
+    last.set_exception(OSError("down"))
+    report = ExhaustionReport(
+        attempts=attempts,
+        affordable=None,
+        slept=0.0,
+        elapsed=0.0,
+        budget=budget,
+        deadline=None,
+        reason=reason,
+        last_exception=OSError("down"),
+    )
+    message = str(BudgetExhausted(last, report))
+    spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
+    assert message.startswith(f"{spent} exhausted ({reason.value}): {attempts} attempts")
+    assert ("retry budget" in message) is (reason is StopReason.RETRY_BUDGET)
