@@ -51,8 +51,8 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 from itertools import chain
-from operator import neg
-from typing import TypeVar
+from operator import index, neg
+from typing import SupportsIndex, TypeVar, cast
 
 __all__ = [
     "add_compensated",
@@ -151,6 +151,18 @@ def _seconds(name: str, value: object) -> float:
     return value
 
 
+def _count(name: str, value: object) -> int:
+    """``value`` as an int ``>= 0`` (an integer type, not a bool), or an error naming ``name``."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        value = index(cast(SupportsIndex, value))
+    assert isinstance(value, int)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return value
+
+
 def _params(base: object, factor: object, cap: object) -> tuple[float, float, float]:
     """The delay parameters as floats, or a ``ValueError`` naming the first bad one."""
     if type(base) is float and type(factor) is float and type(cap) is float:
@@ -206,8 +218,8 @@ def nominal_delay(n: int, base: float, factor: float, cap: float) -> float:
     ``cap``). Never raises ``OverflowError``. The wait calls this on every retry, so it
     checks nothing but ``n``: pass floats, as :class:`~tenacity_budget.BackoffPolicy` does.
     """
-    if n < 0:
-        raise ValueError(f"retry index must be >= 0, got {n!r}")
+    if type(n) is not int or n < 0:
+        n = _count("retry index", n)
     try:
         delay = base * factor**n
     except OverflowError:
@@ -297,9 +309,7 @@ def backoff_delays(base: float, factor: float, cap: float, attempts: int) -> Ite
             a negative ``attempts`` (checked at the call, not at the first ``next()``).
     """
     b, f, c = _params(base, factor, cap)
-    if attempts < 0:
-        raise ValueError(f"attempts must be >= 0, got {attempts!r}")
-    return _delays(b, f, c, attempts)
+    return _delays(b, f, c, _count("attempts", attempts))
 
 
 def _delays(base: float, factor: float, cap: float, attempts: int) -> Iterator[float]:
@@ -968,8 +978,7 @@ def total_delay(n: int, base: float, factor: float, cap: float) -> float:
     2e9) == 1e9``.
     """
     b, f, c = _params(base, factor, cap)
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n!r}")
+    n = _count("n", n)
     lam = math.log1p(f - 1.0)
     k = _capped_index(b, f, c, lam)
     head = min(n, k)

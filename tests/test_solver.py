@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -924,3 +924,50 @@ def test_total_delay_of_a_huge_prefix_is_the_closed_form() -> None:
     n = 10**6
     expected = Decimal(base) * (Decimal(factor) ** n - 1) / (Decimal(factor) - 1)
     assert total_delay(n, base, factor, 1e300) == pytest.approx(float(expected), rel=1e-14)
+
+
+# -- issue 15: counts are ints, refused by name otherwise ------------------------------------
+
+
+class _Index:
+    """An integer type that is not an int (as numpy's integers are): it has __index__."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+COUNTED = [
+    ("retry index", lambda n: nominal_delay(n, 1.0, 2.0, 60.0)),
+    ("attempts", lambda n: list(backoff_delays(1.0, 2.0, 60.0, n))),
+    ("n", lambda n: total_delay(n, 1.0, 2.0, 60.0)),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), COUNTED, ids=[name for name, _ in COUNTED])
+@pytest.mark.parametrize("bad", [1.5, 2.0, "3", b"3", None, True, False, Fraction(3)], ids=repr)
+def test_a_count_that_is_not_an_int_is_refused_by_name(
+    name: str, call: Callable[[object], object], bad: object
+) -> None:
+    with pytest.raises(TypeError) as caught:
+        call(bad)
+    assert str(caught.value) == f"{name} must be an int, got {type(bad).__name__}"
+
+
+@pytest.mark.parametrize(("name", "call"), COUNTED, ids=[name for name, _ in COUNTED])
+def test_a_negative_count_is_refused_by_name(name: str, call: Callable[[object], object]) -> None:
+    for bad in (-1, _Index(-3)):
+        with pytest.raises(ValueError, match=rf"^{name} must be >= 0, got -"):
+            call(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=40))
+def test_an_integer_type_counts_as_its_int(n: int) -> None:
+    assert nominal_delay(_Index(n), 1.0, 2.0, 60.0) == nominal_delay(n, 1.0, 2.0, 60.0)
+    assert list(backoff_delays(1.0, 2.0, 60.0, _Index(n))) == list(
+        backoff_delays(1.0, 2.0, 60.0, n)
+    )
+    assert total_delay(_Index(n), 1.0, 2.0, 60.0) == total_delay(n, 1.0, 2.0, 60.0)
