@@ -8,7 +8,7 @@ host using the same Redis and the same name shares it: fleet-wide, retries stay 
     from redis import Redis
     from tenacity_budget.redis import RedisRetryBudget
 
-    budget = RedisRetryBudget(Redis(host="redis", socket_timeout=0.1), "payments-api")
+    budget = RedisRetryBudget(Redis(host="redis"), "payments-api")
 
     @policy.retry(budget=budget)
     def charge(): ...
@@ -26,9 +26,12 @@ balance. The window is the one of :class:`~tenacity_budget.RetryBudget`, made of
 microseconds), kept in one hash ``<key_prefix>:{<name>}`` of at most 31 fields: memory per
 budget is constant however many calls there are, and the key expires on its own ``ttl`` +
 1 s after the last write. All keys of a budget share the hash tag ``{<name>}``, so they
-live in one slot of a Redis Cluster. The script is run with ``EVALSHA`` and reloaded on
-``NOSCRIPT`` (redis-py's ``register_script``). The figures are integers in Lua's doubles,
-exact while ``ratio`` x deposits per window stays below 2**53 units (a unit is
+live in one slot of a Redis Cluster; a name holding ``{`` or ``}`` is percent-encoded in
+the tag (``%7B``, ``%7D``, and ``%25`` for ``%``) and its key is ``<key_prefix>:%{<tag>}``,
+while every other name is its own tag.
+The script is run with ``EVALSHA`` and reloaded on ``NOSCRIPT`` (redis-py's
+``register_script``). The figures are integers in Lua's doubles, exact while ``ratio`` x
+deposits per window stays below 2**53 units (a unit is
 ``1 / cost`` retry, see :class:`~tenacity_budget.retry_budget.BudgetTerms`); parameters
 whose exact arithmetic would not fit are refused at construction.
 
@@ -36,14 +39,17 @@ whose exact arithmetic would not fit are refused at construction.
 its first attempt costs no round trip. Pending deposits go to Redis with the next decision
 (or :attr:`balance` read), and at the latest ``ttl / 10`` seconds after the first of them
 (a helper thread for a sync client, a timer on the running event loop for an asyncio one);
-:meth:`close`, and for sync clients the interpreter's exit, flush what is left. Deposits
-that wait longer than ``ttl`` (Redis down) are dropped: they no longer count anyway.
+:meth:`close`, and for sync clients the interpreter's exit, flush what is left. Each batch
+is sent with its age, and the script counts it in the slice it was made in: a deposit sent
+late (Redis was down) counts no longer than ``ttl`` after it was made, and one that waited
+longer than ``ttl`` is dropped.
 
 **When Redis is unreachable or slow**, no decision raises into the caller, and none waits
-longer than ``timeout`` (by default the client's ``socket_timeout``, else its
-``socket_connect_timeout``): a sync client's calls run on the budget's helper thread and
-the caller stops waiting at the timeout, an asyncio call is cancelled at it. The decision
-is then made by ``on_error``:
+longer than ``timeout`` (:data:`DEFAULT_TIMEOUT`, 0.05 s, by default) nor longer than the
+run's time left (:func:`~tenacity_budget.remaining`; with none left, it does not ask
+Redis at all): a sync client's calls run on the budget's helper thread and the caller
+stops waiting at the bound, an asyncio call is cancelled at it. The decision is then made
+by ``on_error``:
 
 * ``"local"`` (default): by an in-process :class:`~tenacity_budget.RetryBudget` with the same
   parameters, which sees every deposit and every retry Redis granted, so it starts from this
@@ -92,8 +98,7 @@ try:
     import redis.asyncio
 except ImportError as exc:
     raise ImportError(
-        "tenacity_budget.redis needs redis-py; install it with "
-        "`pip install 'tenacity-budget[redis]'`"
+        "tenacity_budget.redis needs redis: pip install 'tenacity-budget[redis]'"
     ) from exc
 
 from tenacity import RetryCallState
@@ -111,9 +116,11 @@ from .retry_budget import (
     observers_of,
     stop_retry_budget,
 )
+from .runtime import remaining
 
 __all__ = [
     "CLOCK_SUFFIX",
+    "DEFAULT_TIMEOUT",
     "LOGGER_NAME",
     "SCRIPT",
     "AsyncRedisRetryBudget",
@@ -123,6 +130,9 @@ __all__ = [
 
 LOGGER_NAME = "tenacity_budget.redis"
 """The logger fallbacks are reported on."""
+
+DEFAULT_TIMEOUT = 0.05
+"""The longest a decision waits for Redis by default, in seconds (see ``timeout``)."""
 
 CLOCK_SUFFIX = ":clock"
 """Suffix of the test-hook key whose integer (microseconds) the script adds to ``TIME``."""
@@ -139,15 +149,18 @@ _MAX_EXPIRE_MS = 2**46  # about 2,000 years: Redis refuses expiry times that ove
 SCRIPT = """
 -- One decision of a tenacity-budget retry budget, atomic.
 -- KEYS[1]: the budget's hash; KEYS[2]: test hook, microseconds added to the server's TIME.
--- ARGV: deposits to add, '1' to withdraw one retry, slice width (microseconds), units per
--- deposit, units per retry, floor (units), key lifetime (ms). Returns {granted, balance}.
+-- ARGV: '1' to withdraw one retry, slice width (microseconds), units per deposit, units
+-- per retry, floor (units), key lifetime (ms), then pairs of (age, deposits): deposits
+-- made <age> microseconds before the script was sent, counted in the slice they were made
+-- in (dropped if it has left the window). Returns {granted, balance}.
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local offset = redis.call('GET', KEYS[2])
 if offset then now = now + tonumber(offset) end
 local n = 10
-local slice = math.floor(now / tonumber(ARGV[3]))
+local width = tonumber(ARGV[2])
+local slice = math.floor(now / width)
 local fields = {'last'}
 for i = 0, n - 1 do
   fields[#fields + 1] = 's' .. i
@@ -156,34 +169,64 @@ for i = 0, n - 1 do
 end
 local v = redis.call('HMGET', KEYS[1], unpack(fields))
 local last = tonumber(v[1])
-if last and last > slice then slice = last end
-local deposits, withdrawals = 0, 0
+local shift = 0
+if last and last > slice then
+  shift = last - slice
+  slice = last
+end
+local S, D, W, changed = {}, {}, {}, {}
 for i = 0, n - 1 do
-  local s = tonumber(v[2 + 3 * i])
-  if s and s > slice - n then
-    deposits = deposits + (tonumber(v[3 + 3 * i]) or 0)
-    withdrawals = withdrawals + (tonumber(v[4 + 3 * i]) or 0)
+  S[i] = tonumber(v[2 + 3 * i])
+  D[i] = tonumber(v[3 + 3 * i]) or 0
+  W[i] = tonumber(v[4 + 3 * i]) or 0
+end
+local function slot(s)
+  local p = s % n
+  if not S[p] or S[p] < s then
+    S[p], D[p], W[p] = s, 0, 0
+  end
+  if S[p] ~= s then return nil end
+  changed[p] = true
+  return p
+end
+for j = 7, #ARGV - 1, 2 do
+  local s = math.floor((now - tonumber(ARGV[j])) / width) + shift
+  if s > slice then s = slice end
+  if s > slice - n then
+    local p = slot(s)
+    if p then D[p] = D[p] + tonumber(ARGV[j + 1]) end
   end
 end
-local pos = slice % n
-local mine_d, mine_w = 0, 0
-if tonumber(v[2 + 3 * pos]) == slice then
-  mine_d = tonumber(v[3 + 3 * pos]) or 0
-  mine_w = tonumber(v[4 + 3 * pos]) or 0
+local deposits, withdrawals = 0, 0
+for i = 0, n - 1 do
+  if S[i] and S[i] > slice - n then
+    deposits = deposits + D[i]
+    withdrawals = withdrawals + W[i]
+  end
 end
-local add = tonumber(ARGV[1])
-local per_deposit, cost, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-deposits = deposits + add
+local per_deposit, cost, reserve = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local granted = 0
-if ARGV[2] == '1' and reserve + per_deposit * deposits >= cost * (withdrawals + 1) then
+if ARGV[1] == '1' and reserve + per_deposit * deposits >= cost * (withdrawals + 1) then
   granted = 1
   withdrawals = withdrawals + 1
+  local p = slot(slice)
+  W[p] = W[p] + 1
 end
-if add > 0 or granted == 1 then
+if next(changed) then
   local function int(x) return string.format('%.0f', x) end
-  redis.call('HSET', KEYS[1], 'last', int(slice), 's' .. pos, int(slice),
-    'd' .. pos, int(mine_d + add), 'w' .. pos, int(mine_w + granted))
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  local args = {'last', int(slice)}
+  for i = 0, n - 1 do
+    if changed[i] then
+      args[#args + 1] = 's' .. i
+      args[#args + 1] = int(S[i])
+      args[#args + 1] = 'd' .. i
+      args[#args + 1] = int(D[i])
+      args[#args + 1] = 'w' .. i
+      args[#args + 1] = int(W[i])
+    end
+  end
+  redis.call('HSET', KEYS[1], unpack(args))
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
 end
 local free = reserve + per_deposit * deposits - cost * withdrawals
 local balance = 0
@@ -200,15 +243,6 @@ def _is_async_client(client: object) -> bool:
     return isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster)
 
 
-def _connection_kwargs(client: object) -> dict[str, Any]:
-    holders = (getattr(client, "connection_pool", None), getattr(client, "nodes_manager", None))
-    for holder in holders:
-        kwargs = getattr(holder, "connection_kwargs", None)
-        if isinstance(kwargs, dict):
-            return kwargs
-    return {}
-
-
 def _seconds(value: object, what: str, *, allow_inf: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
@@ -218,30 +252,53 @@ def _seconds(value: object, what: str, *, allow_inf: bool = False) -> float:
     return seconds
 
 
-def _client_timeout(client: object) -> float | None:
-    kwargs = _connection_kwargs(client)
-    for key in ("socket_timeout", "socket_connect_timeout"):
-        value = kwargs.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            return float(value)
-    return None
+def _budget_key(key_prefix: str, name: str) -> str:
+    """The key of budget ``name``'s hash, whose hash tag holds the name.
+
+    Redis Cluster hashes the text between a key's first ``{`` and the first ``}`` after it
+    (the whole key when that is empty), so a brace in the name would split the budget's
+    keys over slots. A name with a brace is percent-encoded in the tag (``%`` ``{`` ``}`` as
+    ``%25`` ``%7B`` ``%7D``) and its key marked with a ``%`` before the tag, so that it meets
+    no other name's key (``"}"`` is ``prefix:%{%7D}``, ``"%7D"`` is ``prefix:{%7D}``); every
+    other name keeps the key ``prefix:{name}``, where a running fleet has it.
+    """
+    if "{" not in name and "}" not in name:
+        return f"{key_prefix}:{{{name}}}"
+    tag = name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+    return f"{key_prefix}:%{{{tag}}}"
 
 
 class _NotRun(Exception):
     """A call to Redis that was never made (its deposits are still to be sent)."""
 
 
+class _Job:
+    """One call handed to a :class:`_Worker`, and whether its caller stopped waiting."""
+
+    __slots__ = ("abandoned", "finished", "fn", "future")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.abandoned = False  # the caller gave up on it while it ran
+        self.finished = False  # it has returned (or raised) on the thread
+
+
 class _Worker:
     """One daemon thread making a sync budget's Redis calls, so that a caller can stop waiting.
 
     A call the caller gave up on keeps running here; until it returns, later calls fail at
-    once (:class:`_NotRun`) instead of queueing behind it. While deposits are pending and
-    nothing else happens, the thread flushes them every ``interval`` seconds (real time).
+    once (:class:`_NotRun`) instead of queueing behind it. Whether such a call is out is
+    decided under one lock by both sides (the caller giving up, the thread finishing), so
+    a call that returns as its caller gives up never leaves the worker marked as stuck.
+    While deposits are pending and nothing else happens, the thread flushes them every
+    ``interval`` seconds (real time).
     """
 
     def __init__(self, budget: RedisRetryBudget, interval: float) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._stuck = False
+        self._lock = threading.Lock()
+        self._abandoned = 0  # calls given up on by their caller and still running
         self._interval = interval
         ref = weakref.ref(budget)
         self._thread = threading.Thread(
@@ -254,6 +311,11 @@ class _Worker:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def stuck(self) -> bool:
+        """Whether a call its caller gave up on is still running."""
+        return self._abandoned > 0
 
     def _loop(self, ref: weakref.ref[RedisRetryBudget]) -> None:
         while True:
@@ -272,34 +334,46 @@ class _Worker:
                 return
             if job == "wake":
                 continue
-            fn, future = job
-            del job  # hold nothing of the budget's while waiting for the next job
-            if future.set_running_or_notify_cancel():
+            if job.future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn())
+                    job.future.set_result(job.fn())
                 except BaseException as error:
-                    future.set_exception(error)
+                    job.future.set_exception(error)
                 finally:
-                    self._stuck = False
-            del fn, future
+                    with self._lock:
+                        job.finished = True
+                        if job.abandoned:
+                            self._abandoned -= 1
+            del job  # hold nothing of the budget's while waiting for the next job
 
     def wake(self) -> None:
         """Have the thread notice new pending deposits (and start their flush timer)."""
         self._jobs.put("wake")
 
     def call(self, fn: Callable[[], Any], timeout: float | None) -> Any:
-        """``fn()`` on the thread; raise ``TimeoutError`` if it takes more than ``timeout``."""
-        if self._stuck:
+        """``fn()`` on the thread; raise ``TimeoutError`` if it takes more than ``timeout``.
+
+        Raises :class:`_NotRun` when ``fn`` was never run: an earlier call given up on is
+        still out, or ``fn`` was still queued at the timeout.
+        """
+        if self._abandoned:
             raise _NotRun("an earlier call to Redis has not returned yet")
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._jobs.put((fn, future))
+        job = _Job(fn)
+        self._jobs.put(job)
         try:
-            return future.result(timeout)
+            return job.future.result(timeout)
         except TimeoutError:
-            if future.cancel():
-                raise _NotRun(f"Redis did not answer within {timeout} s") from None
-            self._stuck = not future.done()
-            raise TimeoutError(f"Redis did not answer within {timeout} s") from None
+            pass
+        if job.future.cancel():
+            raise _NotRun(f"Redis did not answer within {timeout:.3g} s")
+        with self._lock:
+            finished = job.finished
+            if not finished:
+                job.abandoned = True
+                self._abandoned += 1
+        if finished:  # it returned as the wait ended: its outcome stands
+            return job.future.result()
+        raise TimeoutError(f"Redis did not answer within {timeout:.3g} s")
 
     def stop(self) -> None:
         self._jobs.put(None)
@@ -342,7 +416,7 @@ class _RedisBudgetCore(BudgetParameters):
         *,
         on_error: OnError = "local",
         observers: BudgetObserver | Iterable[BudgetObserver] | None = (),
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
         retry_interval: float | None = None,
         key_prefix: str = "tenacity_budget",
     ) -> None:
@@ -373,7 +447,7 @@ class _RedisBudgetCore(BudgetParameters):
         self._terms = terms
         self._local = RetryBudget(ratio, min_per_second, ttl, name=name)
         if timeout is None:
-            self.timeout = _client_timeout(client)
+            self.timeout: float | None = None
         else:
             bound = _seconds(timeout, "timeout", allow_inf=True)
             self.timeout = None if bound == math.inf else bound
@@ -383,12 +457,12 @@ class _RedisBudgetCore(BudgetParameters):
             else _seconds(retry_interval, "retry_interval")
         )
         self._flush_interval = max(float(terms.ttl) / SLICES, 0.001)
-        self.key = f"{key_prefix}:{{{name}}}"
+        self.key = _budget_key(key_prefix, name)
         """The hash holding the budget's window."""
         self.clock_key = self.key + CLOCK_SUFFIX
         """The test hook's key (see :meth:`advance_clock`)."""
         self._keys = [self.key, self.clock_key]
-        self._static_args = [
+        self._static_args: list[int] = [
             self._width_us,
             terms.deposit_units,
             terms.cost,
@@ -403,7 +477,8 @@ class _RedisBudgetCore(BudgetParameters):
 
     def _setup_state(self) -> None:
         self._lock = threading.Lock()
-        self._pending: list[list[int]] = []  # [local slice, deposits], oldest first
+        # [local slice, deposits, monotonic time of the first of them], oldest first.
+        self._pending: list[list[Any]] = []
         self._retry_at: float | None = None  # monotonic: Redis is not tried before it
         self._error: BaseException | None = None
         self._worker: _Worker | None = None
@@ -425,8 +500,9 @@ class RedisRetryBudget(_RedisBudgetCore):
             budget, the default), ``"allow"`` or ``"deny"``.
         observers: a :class:`~tenacity_budget.retry_budget.BudgetObserver` or a sequence
             of them, told of every decision and every fallback.
-        timeout: the longest a decision waits for Redis, in seconds; by default the
-            client's ``socket_timeout`` (else ``socket_connect_timeout``; else no bound).
+        timeout: the longest a decision waits for Redis, in seconds (default 0.05); a
+            decision never waits longer than the run's time left either. ``None`` (or
+            ``math.inf``): bounded by the run's time left only.
         retry_interval: seconds Redis is left alone after a failure (default ``ttl / 10``;
             ``0``: every decision tries it).
         key_prefix: the prefix of the budget's keys.
@@ -454,7 +530,7 @@ class RedisRetryBudget(_RedisBudgetCore):
         *,
         on_error: OnError = "local",
         observers: BudgetObserver | Iterable[BudgetObserver] | None = (),
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
         retry_interval: float | None = None,
         key_prefix: str = "tenacity_budget",
     ) -> AsyncRedisRetryBudget: ...
@@ -470,7 +546,7 @@ class RedisRetryBudget(_RedisBudgetCore):
         *,
         on_error: OnError = "local",
         observers: BudgetObserver | Iterable[BudgetObserver] | None = (),
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
         retry_interval: float | None = None,
         key_prefix: str = "tenacity_budget",
     ) -> RedisRetryBudget: ...
@@ -510,14 +586,15 @@ class RedisRetryBudget(_RedisBudgetCore):
     def pending(self) -> int:
         """Deposits counted here and not yet sent to Redis."""
         with self._lock:
-            return sum(count for _, count in self._pending)
+            return sum(item[1] for item in self._pending)
 
     # -- deposits -------------------------------------------------------------------------
 
     def deposit(self) -> None:
         """Record one call: counted in memory, sent to Redis with the next batch (no round trip)."""
         self._local.deposit()
-        index = self._terms.slice_of(time.monotonic())
+        now = time.monotonic()
+        index = self._terms.slice_of(now)
         with self._lock:
             pending = self._pending
             if pending and pending[-1][0] == index:
@@ -525,7 +602,7 @@ class RedisRetryBudget(_RedisBudgetCore):
                 return
             while pending and pending[0][0] <= index - SLICES:  # too old to count: dropped
                 del pending[0]
-            pending.append([index, 1])
+            pending.append([index, 1, now])
             first = len(pending) == 1
         if first:
             self._arm_flush()
@@ -538,21 +615,37 @@ class RedisRetryBudget(_RedisBudgetCore):
     def _has_pending(self) -> bool:
         return bool(self._pending)
 
-    def _take_pending(self) -> tuple[list[list[int]], int]:
+    def _take_pending(self) -> list[list[Any]]:
         """Remove the pending deposits that still count (younger than ``ttl``)."""
         oldest = self._terms.slice_of(time.monotonic()) - SLICES
         with self._lock:
             taken, self._pending = self._pending, []
-        fresh = [item for item in taken if item[0] > oldest]
-        return fresh, sum(count for _, count in fresh)
+        return [item for item in taken if item[0] > oldest]
 
-    def _restore(self, items: list[list[int]]) -> None:
+    def _restore(self, items: list[list[Any]]) -> None:
         if items:
             with self._lock:
                 self._pending[:0] = items
 
-    def _args(self, deposits: int, withdraw: bool) -> list[int]:
-        return [deposits, 1 if withdraw else 0, *self._static_args]
+    def _args(self, items: list[list[Any]], withdraw: bool) -> list[int]:
+        """The script's arguments, the deposits stamped with their age as they are sent.
+
+        Each batch of deposits goes with the age of its first one, so that Redis counts it
+        in the slice it was made in: a deposit flushed late (Redis was down) never counts
+        longer than ``ttl`` after it was made. Older batches were dropped already.
+        """
+        now = time.monotonic()
+        args = [1 if withdraw else 0, *self._static_args]
+        for _, count, made in items:
+            args += (max(0, round((now - made) * 1_000_000)), count)
+        return args
+
+    def _wait(self) -> float | None:
+        """How long this decision may wait for Redis: ``timeout``, within the run's time left."""
+        left = remaining()
+        if left is None:
+            return self.timeout
+        return left if self.timeout is None else min(self.timeout, left)
 
     # -- Redis health ---------------------------------------------------------------------
 
@@ -581,10 +674,13 @@ class RedisRetryBudget(_RedisBudgetCore):
             _log.info("retry budget %r: Redis answers again; back on the shared window", self.name)
 
     def _decided(self, reply: Any) -> bool:
-        """Record and report a decision Redis made (``reply``) or, for ``None``, the fallback's."""
+        """Record and report a decision Redis made (``reply``), or else the fallback's.
+
+        ``reply`` is the script's reply, or the error that kept Redis from deciding.
+        """
         balance: int | None
-        if reply is None:
-            error = self._error or ConnectionError("Redis is unreachable")
+        if isinstance(reply, BaseException):
+            error = reply
             if self.on_error == "local":
                 granted = self._local.try_withdraw()
                 balance = self._local.balance
@@ -628,29 +724,50 @@ class RedisRetryBudget(_RedisBudgetCore):
     def _arm_flush(self) -> None:
         self._get_worker().wake()
 
-    def _run(self, withdraw: bool) -> Any:
-        """One script call through the helper thread; ``None`` when Redis could not be used."""
+    def _unused(self) -> BaseException | None:
+        """Why this decision does not ask Redis (``None``: it does)."""
         if not self._redis_due():
-            return None
-        items, deposits = self._take_pending()
-        args = self._args(deposits, withdraw)
+            return self._error or ConnectionError("Redis is unreachable")
+        return None
+
+    def _cut(self, wait: float | None, error: BaseException) -> BaseException:
+        """A wait for Redis ended unanswered: mark Redis failed, unless the run's time cut it.
+
+        A wait shorter than ``timeout`` because the run had less time left says nothing
+        about Redis: this decision falls back, the next ones still ask Redis.
+        """
+        if wait is not None and (self.timeout is None or wait < self.timeout):
+            return TimeoutError(f"the run's time left ({wait:.3g} s) ran out waiting for Redis")
+        self._failed(error)
+        return error
+
+    def _run(self, withdraw: bool) -> Any:
+        """One script call through the helper thread: its reply, or the error that kept it."""
+        wait = self._wait()
+        if wait is not None and wait <= 0:
+            return TimeoutError("no time left in the run to wait for Redis")
+        unused = self._unused()
+        if unused is not None:
+            return unused
+        items = self._take_pending()
 
         def call() -> Any:
             try:
-                return self._script(keys=self._keys, args=args)
+                return self._script(keys=self._keys, args=self._args(items, withdraw))
             except BaseException:
                 self._restore(items)
                 raise
 
         try:
-            reply = self._get_worker().call(call, self.timeout)
+            reply = self._get_worker().call(call, wait)
         except _NotRun as error:
             self._restore(items)
+            return self._cut(wait, error)
+        except TimeoutError as error:  # still running: it restores its deposits if it fails
+            return self._cut(wait, error)
+        except Exception as error:  # the call restored its deposits
             self._failed(error)
-            return None
-        except Exception as error:  # the call restored its deposits if it failed
-            self._failed(error)
-            return None
+            return error
         self._succeeded()
         return reply
 
@@ -658,11 +775,11 @@ class RedisRetryBudget(_RedisBudgetCore):
         """Send the pending deposits from the calling thread (the helper's timer)."""
         if not self._redis_due():
             return
-        items, deposits = self._take_pending()
-        if deposits == 0:
+        items = self._take_pending()
+        if not items:
             return
         try:
-            self._script(keys=self._keys, args=self._args(deposits, False))
+            self._script(keys=self._keys, args=self._args(items, False))
         except Exception as error:
             self._restore(items)
             self._failed(error)
@@ -687,7 +804,7 @@ class RedisRetryBudget(_RedisBudgetCore):
         (``"deny"``) or ``sys.maxsize`` (``"allow"``).
         """
         reply = self._run(withdraw=False)
-        return self._fallback_balance() if reply is None else int(reply[1])
+        return self._fallback_balance() if isinstance(reply, BaseException) else int(reply[1])
 
     def flush(self) -> None:
         """Send the pending deposits to Redis now (kept for later if Redis is unreachable)."""
@@ -749,16 +866,23 @@ class AsyncRedisRetryBudget(RedisRetryBudget):
         task.add_done_callback(self._tasks.discard)
 
     async def _arun(self, withdraw: bool) -> Any:
-        if not self._redis_due():
-            return None
-        items, deposits = self._take_pending()
+        wait = self._wait()
+        if wait is not None and wait <= 0:
+            return TimeoutError("no time left in the run to wait for Redis")
+        unused = self._unused()
+        if unused is not None:
+            return unused
+        items = self._take_pending()
         try:
-            async with asyncio.timeout(self.timeout):
-                reply = await self._script(keys=self._keys, args=self._args(deposits, withdraw))
+            async with asyncio.timeout(wait):
+                reply = await self._script(keys=self._keys, args=self._args(items, withdraw))
+        except TimeoutError:
+            self._restore(items)
+            return self._cut(wait, TimeoutError(f"Redis did not answer within {wait:.3g} s"))
         except Exception as error:
             self._restore(items)
             self._failed(error)
-            return None
+            return error
         except BaseException:  # cancelled from outside: keep the deposits, let it through
             self._restore(items)
             raise
@@ -773,7 +897,7 @@ class AsyncRedisRetryBudget(RedisRetryBudget):
     async def balance(self) -> int:  # type: ignore[override]
         """Retries the shared window would grant now (awaited: ``await budget.balance``)."""
         reply = await self._arun(withdraw=False)
-        return self._fallback_balance() if reply is None else int(reply[1])
+        return self._fallback_balance() if isinstance(reply, BaseException) else int(reply[1])
 
     async def flush(self) -> None:  # type: ignore[override]
         """Send the pending deposits to Redis now (kept for later if Redis is unreachable)."""

