@@ -2,7 +2,10 @@
 
 Configured from the environment, which the tests set for each worker they start:
 
-* ``TB_CELERY_REDIS_URL``: the throwaway Redis server (broker and result backend);
+* ``TB_CELERY_REDIS_URL``: the throwaway Redis server (result backend, and broker unless
+  ``TB_CELERY_BROKER_URL`` names another);
+* ``TB_CELERY_BROKER_URL``: the broker, when it is not that Redis (the RabbitMQ tests give
+  a throwaway RabbitMQ node's ``amqp://`` URL);
 * ``TB_DEAD_LETTER_QUEUE``: the dead-letter queue of the budgeted tasks (one per test);
 * ``TB_VISIBILITY_TIMEOUT``: seconds before Redis hands an unacknowledged message to
   another worker;
@@ -59,6 +62,13 @@ FAULT = BackoffPolicy(
 """Budget of the crash test: countdowns up to 2 s, so a retry is pending long enough to kill
 the worker under it; 14 s leave room for Redis to hand the retry to a fresh worker."""
 
+CRASH = BackoffPolicy(
+    base=1.0, factor=2, cap=2.0, max_elapsed=90.0, jitter="full", attempt_duration=0.5
+)
+"""Budget of the RabbitMQ crash tests: countdowns up to 2 s, pending while a worker or the
+broker is killed under them; 90 s leave ample room for a broker restart (a few seconds) and
+the workers' reconnection, so every run can still succeed."""
+
 HOLD = BackoffPolicy(base=0.5, cap=0.5, max_elapsed=30.0, attempt_duration=1.0)
 """Budget of the test that kills a worker during a first attempt: 30 s leave ample room for
 the visibility timeout to hand the message to a fresh worker."""
@@ -71,10 +81,29 @@ worker's retry is handed over well before its deadline."""
 app = Celery("tb_celery_tests", set_as_current=False)
 
 
-def configure(redis_url: str, *, visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT) -> None:
-    """Point the app at ``redis_url`` (broker and result backend) with crash-safe settings."""
+def configure(
+    redis_url: str,
+    *,
+    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
+    broker_url: str | None = None,
+) -> None:
+    """Point the app at ``redis_url`` (result backend, and broker unless ``broker_url``
+    names another) with crash-safe settings."""
+    broker = redis_url if broker_url is None else broker_url
+    if broker.startswith("amqp"):
+        # RabbitMQ: a publish returns once the broker has the message on disk (publisher
+        # confirms), so a retry published before a broker kill -9 survives it; an
+        # unacknowledged message goes back to its queue as soon as its worker's connection
+        # closes (no visibility timeout).
+        transport_options: dict[str, Any] = {"confirm_publish": True}
+    else:
+        transport_options = {
+            "visibility_timeout": visibility_timeout,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
     app.conf.update(
-        broker_url=redis_url,
+        broker_url=broker,
         result_backend=redis_url,
         broker_connection_retry_on_startup=True,
         task_serializer="json",
@@ -88,11 +117,7 @@ def configure(redis_url: str, *, visibility_timeout: float = DEFAULT_VISIBILITY_
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={
-            "visibility_timeout": visibility_timeout,
-            "unacked_restore_interval": 1,
-            "unacked_restore_throttle": 1,
-        },
+        broker_transport_options=transport_options,
         worker_send_task_events=False,
         task_send_sent_event=False,
     )
@@ -104,6 +129,7 @@ if "TB_CELERY_REDIS_URL" in os.environ:
         visibility_timeout=float(
             os.environ.get("TB_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT)
         ),
+        broker_url=os.environ.get("TB_CELERY_BROKER_URL"),
     )
 
 DEAD_LETTER_QUEUE = os.environ.get("TB_DEAD_LETTER_QUEUE", "tb.dead-letter")
@@ -112,7 +138,7 @@ DEAD_LETTER_QUEUE = os.environ.get("TB_DEAD_LETTER_QUEUE", "tb.dead-letter")
 @cache
 def store() -> redis.Redis:
     """This process's client of the test Redis (where attempts and countdowns are logged)."""
-    return redis.Redis.from_url(str(app.conf.broker_url))
+    return redis.Redis.from_url(str(app.conf.result_backend))
 
 
 class UpstreamError(ConnectionError):
@@ -239,6 +265,7 @@ capped = CeleryBudget(
     dead_letter=DEAD_LETTER_QUEUE,
     budget=RecordingBudget(RetryBudget(ratio=1.0, min_per_second=0.0, ttl=3600.0)),
 )
+crash = CeleryBudget(CRASH, retry_on=UpstreamError, dead_letter=DEAD_LETTER_QUEUE)
 hold = CeleryBudget(
     HOLD,
     retry_on=UpstreamError,
@@ -293,6 +320,11 @@ def _fault(self: Any, fails: int) -> dict[str, Any]:
     return _attempt(self, fails)
 
 
+def _crash(self: Any, fails: int) -> dict[str, Any]:
+    """As ``tb.flaky``, under the RabbitMQ crash tests' budget."""
+    return _attempt(self, fails)
+
+
 # app.task is untyped: apply it as a call (the same as the decorator form in docs/celery.md).
 flaky: Any = app.task(bind=True, base=RecordingTask, name="tb.flaky")(quick(_flaky))
 flaky_callback: Any = app.task(bind=True, base=RecordingTask, name="tb.flaky_callback")(
@@ -301,6 +333,7 @@ flaky_callback: Any = app.task(bind=True, base=RecordingTask, name="tb.flaky_cal
 broken: Any = app.task(bind=True, base=RecordingTask, name="tb.broken")(quick(_broken))
 load_task: Any = app.task(bind=True, base=RecordingTask, name="tb.load")(load(_load))
 fault_task: Any = app.task(bind=True, base=RecordingTask, name="tb.fault")(fault(_fault))
+crash_task: Any = app.task(bind=True, base=RecordingTask, name="tb.crash")(crash(_crash))
 early: Any = app.task(bind=True, base=RecordingTask, name="tb.early", acks_late=False)(
     quick(_flaky)
 )
