@@ -39,7 +39,8 @@ whose exact arithmetic would not fit are refused at construction.
 its first attempt costs no round trip. Pending deposits go to Redis with the next decision
 (or :attr:`balance` read), and at the latest ``ttl / 10`` seconds after the first of them
 (a helper thread for a sync client, a timer on the running event loop for an asyncio one);
-:meth:`close`, and for sync clients the interpreter's exit, flush what is left. Each batch
+:meth:`close`, and for sync clients the interpreter's exit (waiting at most ``timeout`` or
+1 s, whichever is longer), flush what is left. Each batch
 is sent with its age, and the script counts it in the slice it was made in: a deposit sent
 late (Redis was down) counts no longer than ``ttl`` after it was made, and one that waited
 longer than ``ttl`` is dropped.
@@ -145,6 +146,7 @@ _log = logging.getLogger(LOGGER_NAME)
 # Lua numbers are doubles: every figure the script handles must stay an exact integer.
 _LUA_EXACT = 2**53
 _MAX_EXPIRE_MS = 2**46  # about 2,000 years: Redis refuses expiry times that overflow
+_EXIT_WAIT = 1.0  # seconds the exit flush may wait for Redis, at least
 
 SCRIPT = """
 -- One decision of a tenacity-budget retry budget, atomic.
@@ -387,7 +389,7 @@ _ALL_BUDGETS: weakref.WeakSet[Any] = weakref.WeakSet()
 def _flush_at_exit() -> None:
     for budget in list(_SYNC_BUDGETS):
         with contextlib.suppress(Exception):  # it never raises; at exit, be sure of it
-            budget._flush_here()
+            budget._flush_at_exit()
 
 
 def _after_fork() -> None:
@@ -760,9 +762,10 @@ class RedisRetryBudget(_RedisBudgetCore):
 
         try:
             reply = self._get_worker().call(call, wait)
-        except _NotRun as error:
+        except _NotRun as error:  # an earlier call is still out: Redis is not answering
             self._restore(items)
-            return self._cut(wait, error)
+            self._failed(error)
+            return error
         except TimeoutError as error:  # still running: it restores its deposits if it fails
             return self._cut(wait, error)
         except Exception as error:  # the call restored its deposits
@@ -770,6 +773,35 @@ class RedisRetryBudget(_RedisBudgetCore):
             return error
         self._succeeded()
         return reply
+
+    def _flush_at_exit(self) -> None:
+        """The exit flush: through the helper thread, so that a stalled Redis cannot hold the
+        interpreter's exit longer than ``max(timeout, 1 s)``."""
+        worker = self._worker
+        if worker is None or not worker.alive:
+            self._flush_here()
+            return
+        if not self._redis_due():
+            return
+        items = self._take_pending()
+        if not items:
+            return
+
+        def call() -> None:
+            try:
+                self._script(keys=self._keys, args=self._args(items, False))
+            except BaseException:
+                self._restore(items)
+                raise
+
+        wait = None if self.timeout is None else max(self.timeout, _EXIT_WAIT)
+        try:
+            worker.call(call, wait)
+        except _NotRun as error:
+            self._restore(items)
+            self._failed(error)
+        except Exception as error:
+            self._failed(error)
 
     def _flush_here(self) -> None:
         """Send the pending deposits from the calling thread (the helper's timer)."""

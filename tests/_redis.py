@@ -105,6 +105,7 @@ class _Output:
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.lines: list[str] = []
+        self.changed = threading.Condition()
         self.ready = threading.Event()
         self.ended = threading.Event()
         self.stream = stream
@@ -119,11 +120,22 @@ class _Output:
     def _drain(self, stream: IO[bytes]) -> None:
         for raw in stream:
             line = raw.decode("utf-8", "replace")
-            self.lines.append(line)
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
             if READY in line:
                 self.ready.set()
-        self.ended.set()
+        with self.changed:
+            self.ended.set()
+            self.changed.notify_all()
         self.ready.set()  # wake the waiter: the server is gone
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        """Wait until a line of the output holds ``text``; whether one did."""
+        with self.changed:
+            return self.changed.wait_for(
+                lambda: self.ended.is_set() or any(text in line for line in self.lines), timeout
+            ) and any(text in line for line in self.lines)
 
 
 def _waited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -218,6 +230,15 @@ class RedisServer:
                 _waited(proc, WAIT)
         if output is not None:
             output.close()
+
+    def wait_for_output(self, text: str) -> None:
+        """Wait until the server prints a line holding ``text`` (read, never polled)."""
+        output = self._output
+        if output is None:
+            raise RuntimeError("the server is not running")
+        if not output.wait_for(text, WAIT):
+            tail = "".join(output.lines[-30:])
+            pytest.fail(f"{self.binary} never printed {text!r}:\n{tail}")
 
     @contextlib.contextmanager
     def frozen(self) -> Iterator[None]:

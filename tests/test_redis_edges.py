@@ -14,10 +14,13 @@ import concurrent.futures
 import contextlib
 import logging
 import queue
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +43,7 @@ from tests._redis import (  # the redis_server and own_redis_server fixtures
     unique_name,
 )
 
+REPO = Path(__file__).resolve().parent.parent
 WAIT = 30.0  # the longest a test waits for a thread or a server; never reached when all works
 PAUSE_MS = 5_000  # a stall far longer than any bound the tests set
 MARGIN = 1.5  # seconds of slack on every bound in time (a loaded machine)
@@ -388,6 +392,45 @@ def test_any_name_works_against_a_real_server_in_one_slot(
     connection.close()
 
 
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisServer]:
+    """A real one-node Redis Cluster holding every slot: it refuses a script whose keys
+    are in two slots (CROSSSLOT), as any cluster does."""
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    with RedisServer(args=args) as server:
+        admin: Any = redis.Redis.from_url(server.url)
+        admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        admin.close()
+        server.wait_for_output("Cluster state changed: ok")
+        yield server
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_budget_of_any_name_decides_on_a_real_redis_cluster(
+    cluster: RedisServer, name: str
+) -> None:
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster.port)
+    recorder = Recorder()
+    prefix = unique_name("cluster")
+    budget = RedisRetryBudget(
+        client,
+        name,
+        ratio=1,
+        min_per_second=0,
+        key_prefix=prefix,
+        timeout=WAIT,
+        observers=recorder,
+    )
+    for _ in range(2):
+        budget.deposit()
+    assert [budget.try_withdraw() for _ in range(3)] == [True, True, False]
+    budget.advance_clock(budget.ttl)
+    assert budget.balance == 0
+    assert recorder.fallbacks == []  # every decision made by the cluster: no CROSSSLOT
+    assert not budget.degraded
+    client.close()
+
+
 # -- a deposit flushed late counts no longer than ttl after it was made ---------------------------
 
 
@@ -562,3 +605,41 @@ def test_after_one_stalled_call_the_budget_goes_back_to_redis(
     # The stalled call was made for real (its withdrawal stands), then this one.
     assert window(connection, budget) == (0, 2)
     connection.close()
+
+
+def test_the_exit_flush_does_not_hold_the_interpreter_on_a_stalled_redis(
+    own_redis_server: RedisServer,
+) -> None:
+    # A client with no socket timeout: before, the exit flush waited on it for good.
+    code = textwrap.dedent(
+        f"""
+        import redis
+        from tenacity_budget.redis import RedisRetryBudget
+
+        client = redis.Redis.from_url({own_redis_server.url!r})
+        budget = RedisRetryBudget(client, "exit", ttl=60, timeout=2)
+        assert budget.balance == 600  # connected: Redis answered once
+        for _ in range(5):
+            budget.deposit()
+        print("deposited", flush=True)
+        input()  # the test stalls the server, then lets this process exit
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdin is not None
+        assert proc.stdout.readline() == "deposited\n"
+        with own_redis_server.frozen():
+            try:
+                _, err = proc.communicate("\n", timeout=15)  # the exit flush: 2 s at most
+            finally:
+                proc.kill()
+    assert proc.returncode == 0, err
+    assert "Redis did not answer within 2 s" in err  # logged: the flush was given up
