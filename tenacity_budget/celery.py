@@ -38,14 +38,17 @@ How it works:
 * A retry that cannot be published (the broker refuses it) is not lost: the current
   message is requeued for the broker to deliver again, or dead-lettered.
 * A direct call (``task(...)``, no message) runs the function once, without a budget.
-* When the budget is spent, the task is handed to its dead-letter destination with an
-  :class:`~tenacity_budget.ExhaustionReport`, then fails with :class:`TaskBudgetExhausted`.
+* When the time budget is spent, or a retry budget refuses a retry, the task is handed to
+  its dead-letter destination with an :class:`~tenacity_budget.ExhaustionReport`, then
+  fails with :class:`TaskBudgetExhausted`.
 
 Every decision is :func:`tenacity_budget.decision.decide`, asked with plain numbers; every
 report is built by :meth:`tenacity_budget.state.RunState.report`. Celery (and kombu) are
-imported lazily: importing this module needs neither, only using it with a task does. The
-deployment settings that keep a retry alive through a worker crash (``task_acks_late``,
-``task_reject_on_worker_lost``, the Redis ``visibility_timeout``) are described in the
+imported lazily: importing this module, and the plan functions, need neither; creating a
+:class:`CeleryBudget` without them raises an ``ImportError`` naming the extra to install.
+Instants are wall-clock datetimes, and a deadline past ``datetime.max`` behaves as no
+deadline (it is held as ``datetime.max``, never overflows). What survives a worker or a
+broker crash, on Redis and on RabbitMQ, and the settings it takes, are described in the
 cookbook page ``docs/celery.md``.
 """
 
@@ -108,6 +111,31 @@ logger = logging.getLogger(__name__)
 # that fits its budget exactly is not refused for the rounding of its instants.
 _RESOLUTION = 1e-6
 
+# The latest and earliest instants a datetime holds, in UTC: an instant computed past them
+# (a run's start plus a huge ``max_elapsed``, a far deadline in another zone) is held at
+# them. Either is beyond anything a run can reach, so it behaves as no deadline.
+_LATEST = datetime.max.replace(tzinfo=UTC)
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+_EXTRA = "pip install 'tenacity-budget[celery]'"
+
+
+def _import(module: str, what: str = "CeleryBudget") -> Any:
+    """Import ``module`` (of celery or kombu), or say which extra ``what`` needs."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"tenacity_budget.celery's {what} needs celery: {_EXTRA}") from exc
+
+
+def _after(instant: datetime, seconds: float) -> datetime:
+    """``instant + seconds``, held at :data:`_LATEST` when that is past ``datetime.max``."""
+    try:
+        return instant + timedelta(seconds=seconds)
+    except OverflowError:  # timedelta's own range, or datetime's
+        return _LATEST
+
+
 _CURRENT_DEADLINE: ContextVar[datetime | None] = ContextVar(
     "tenacity_budget_celery_deadline", default=None
 )
@@ -149,7 +177,7 @@ def run_deadline(
     """The run's absolute deadline: the earliest of ``started + max_elapsed``, ``deadline``
     and the policy's own ``deadline``."""
     check_aware(started, "started")
-    end = earliest(started + timedelta(seconds=policy.max_elapsed), _explicit(policy, deadline))
+    end = earliest(_after(started, policy.max_elapsed), _explicit(policy, deadline))
     assert end is not None  # the budget's end is always there
     return end
 
@@ -348,7 +376,8 @@ def admit_attempt(
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A task whose retry budget is spent, as handed to its dead-letter destination.
+    """A task given up (its time budget spent, or a retry refused by its retry budget), as
+    handed to its dead-letter destination.
 
     Attributes:
         task: the task's registered name.
@@ -410,7 +439,7 @@ class DeadLetterQueue:
 
     def queue(self) -> Any:
         """The ``kombu.Queue`` letters are published to (declared on every publish)."""
-        kombu: Any = importlib.import_module("kombu")  # lazy; kombu's hints are partial
+        kombu: Any = _import("kombu", "DeadLetterQueue")  # lazy; kombu's hints are partial
         exchange = kombu.Exchange(self.name, type="direct")
         return kombu.Queue(self.name, exchange, routing_key=self.name)
 
@@ -434,7 +463,8 @@ DeadLetterDestination: TypeAlias = DeadLetterQueue | str | Callable[[DeadLetter]
 
 
 class TaskBudgetExhausted(Exception):
-    """The task's retry budget is spent; it was handed to its dead-letter destination.
+    """The task was given up (see :class:`DeadLetter`) and handed to its dead-letter
+    destination, if it has one.
 
     The task's final state is ``FAILURE`` with this exception. Its arguments are plain
     values (a message and :meth:`DeadLetter.as_dict`), so it survives a JSON result backend
@@ -455,8 +485,17 @@ class TaskBudgetExhausted(Exception):
 # -- message headers ----------------------------------------------------------------------
 
 
+def _utc(instant: datetime) -> datetime:
+    """``instant`` in UTC, held within ``datetime``'s range (comparing never overflows)."""
+    if instant >= _LATEST:
+        return _LATEST
+    if instant <= _EARLIEST:
+        return _EARLIEST
+    return instant.astimezone(UTC)
+
+
 def _iso(instant: datetime) -> str:
-    return instant.astimezone(UTC).isoformat()
+    return _utc(instant).isoformat()
 
 
 def deadline_headers(deadline: datetime) -> dict[str, str]:
@@ -570,8 +609,7 @@ def _registered_budget(name: str) -> CeleryBudget | None:
     ``send_task`` reads it so for the same reason). Both are private: this is the one
     place that touches them.
     """
-    from celery import _state
-
+    _state = _import("celery._state")
     for app in tuple(_state._get_active_apps()):
         get = getattr(getattr(app, "_tasks", None), "get", None)
         task = get(name) if get is not None else None
@@ -588,9 +626,11 @@ def _on_publish(sender: object = None, headers: Any = None, **_: Any) -> None:
         return
     if _registered_budget(sender) is None:
         return
+    now = datetime.now(UTC)
+    _stamp(headers, now, None)  # the run's start first: it is stamped whatever follows
     # Inside an attempt of a budgeted task, its run's end is exact here; the ambient one is
     # the same end (merged with any enclosing scope), as the time left from now.
-    _stamp(headers, datetime.now(UTC), earliest(_CURRENT_DEADLINE.get(), ambient_deadline()))
+    _stamp(headers, now, earliest(_CURRENT_DEADLINE.get(), ambient_deadline()))
 
 
 _hook_lock = threading.Lock()
@@ -603,9 +643,8 @@ def _connect_publish_hook() -> None:
     with _hook_lock:
         if _hook_connected:
             return
-        from celery.signals import before_task_publish
-
-        before_task_publish.connect(
+        signals = _import("celery.signals")
+        signals.before_task_publish.connect(
             _on_publish, weak=False, dispatch_uid="tenacity_budget.celery.stamp"
         )
         _hook_connected = True
@@ -729,8 +768,8 @@ class CeleryBudget:
     # -- one attempt ----------------------------------------------------------------------
 
     def _run(self, fn: Callable[..., Any], task: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
-        from celery import Task
-        from celery.exceptions import TaskPredicate
+        Task = _import("celery").Task
+        TaskPredicate = _import("celery.exceptions").TaskPredicate
 
         if not isinstance(task, Task):
             raise TypeError(
@@ -799,7 +838,7 @@ class CeleryBudget:
         end: datetime,
     ) -> NoReturn:
         """Schedule the retry of a failed attempt, or give the task up."""
-        from celery.exceptions import Reject
+        Reject = _import("celery.exceptions").Reject
 
         request = task.request
         plan = plan_retry(
@@ -870,7 +909,7 @@ class CeleryBudget:
         either, or the message was acknowledged before the attempt (early
         acknowledgement), the task is dead-lettered with reason ``other``.
         """
-        from celery.exceptions import Reject
+        Reject = _import("celery.exceptions").Reject
 
         name, task_id = task.name, task.request.id
         if task.acks_late and not _redelivered(task.request):
@@ -942,18 +981,25 @@ class CeleryBudget:
             deadline=end,
             dead_lettered_at=datetime.now(UTC),
         )
+        if why is None:
+            why = _why(report.reason)
         if isinstance(self.dead_letter, DeadLetterQueue):
             self.dead_letter.publish(task.app, letter)
         elif self.dead_letter is not None:
             self.dead_letter(letter)
         else:
-            logger.warning(
-                "%s[%s]: budget spent, no dead-letter destination", task.name, letter.task_id
-            )
-        if why is None:
-            why = f"retry budget exhausted ({report.reason.value})"
-        message = (
-            f"{task.name}[{letter.task_id}]: {why} after {report.attempts} attempts; "
-            f"handed to {self.dead_letter!r}"
+            logger.warning("%s[%s]: %s, no dead-letter destination", task.name, letter.task_id, why)
+        where = (
+            "no dead-letter destination (the letter is on this exception)"
+            if self.dead_letter is None
+            else f"handed to {self.dead_letter!r}"
         )
+        message = f"{task.name}[{letter.task_id}]: {why} after {report.attempts} attempts; {where}"
         raise TaskBudgetExhausted(message, letter.as_dict()) from exc
+
+
+def _why(reason: StopReason) -> str:
+    """Why a run was given up, in words: the words "retry budget" only for its refusals."""
+    if reason is StopReason.RETRY_BUDGET:
+        return f"retry budget refused the retry ({reason.value})"
+    return f"time budget exhausted ({reason.value})"

@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -34,12 +33,14 @@ from hypothesis import strategies as st
 import tenacity_budget
 from tenacity_budget import BackoffPolicy, ExhaustionReport, RetryBudget, StopReason
 from tenacity_budget.celery import (
+    _LATEST,
     DEADLINE_HEADER,
     STARTED_HEADER,
     CeleryBudget,
     DeadLetter,
     DeadLetterQueue,
     TaskBudgetExhausted,
+    _on_publish,
     _stamp,
     admit_attempt,
     current_deadline,
@@ -50,15 +51,13 @@ from tenacity_budget.celery import (
 )
 from tenacity_budget.testing import virtual_clock
 from tests._helpers import policies as shared_policies
+from tests._redis import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
-REDIS_SERVER = shutil.which("redis-server")
-NO_REDIS = (
-    "no redis-server binary on PATH: the Celery integration tests need a real Redis "
-    "(run .ci/redis.sh, i.e. apt-get install redis-server)"
-)
 T0 = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
+LATEST = _LATEST  # datetime.max in UTC: where an instant past it is held
+ZONES = [UTC, timezone(timedelta(hours=-12)), timezone(timedelta(hours=14))]
 PYTHONPATH = os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])
 WAIT = 60.0  # upper bound on any one wait for a worker; never reached when things work
 
@@ -478,6 +477,167 @@ def test_importing_the_module_does_not_import_celery() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
+def test_without_celery_the_plans_import_and_a_celery_budget_names_the_extra() -> None:
+    """celery and kombu missing (None in sys.modules, as Python treats an absent module)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["celery"] = None
+        sys.modules["kombu"] = None
+        from datetime import UTC, datetime
+        from tenacity_budget import BackoffPolicy
+        from tenacity_budget.celery import (
+            CeleryBudget, DeadLetterQueue, admit_attempt, current_deadline,
+            deadline_headers, plan_retry, run_deadline, seed_for,
+        )
+        policy = BackoffPolicy(base=1, cap=4, max_elapsed=20)
+        now = datetime(2026, 3, 2, tzinfo=UTC)
+        plan = plan_retry(policy, task_id="t", retries=0, started=now, now=now)
+        assert plan.countdown == policy.schedule(seed_for("t"))[0], plan
+        assert admit_attempt(policy, started=now, now=now) is None
+        assert run_deadline(policy, now) == plan.deadline
+        assert current_deadline() is None and deadline_headers(now)
+        queue = DeadLetterQueue("dlq")  # a name: no kombu needed until it is published to
+        for use in (lambda: CeleryBudget(policy), queue.queue):
+            try:
+                use()
+            except ImportError as exc:
+                print(type(exc).__name__, type(exc.__cause__).__name__, exc, sep=" | ")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    extra = "needs celery: pip install 'tenacity-budget[celery]'"
+    assert out.stdout.splitlines() == [
+        f"ImportError | ModuleNotFoundError | tenacity_budget.celery's CeleryBudget {extra}",
+        f"ImportError | ModuleNotFoundError | tenacity_budget.celery's DeadLetterQueue {extra}",
+    ]
+
+
+def _eager_failing(budget: CeleryBudget, name: str) -> Any:
+    from celery import Celery
+
+    eager = Celery(f"tb_eager_{name}", set_as_current=False)
+
+    def failing(self: Any) -> None:
+        raise ConnectionError("down")
+
+    return eager.task(bind=True, name=f"tb.eager.{name}")(budget(failing))
+
+
+def test_exhaustion_messages_name_the_time_budget_and_never_a_missing_destination(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20, jitter="none")
+    letters: list[DeadLetter] = []
+
+    def keep(letter: DeadLetter) -> None:
+        letters.append(letter)
+
+    nowhere = _eager_failing(CeleryBudget(policy), "nowhere")
+    with caplog.at_level("WARNING", logger="tenacity_budget.celery"):
+        error = nowhere.apply().result
+    assert isinstance(error, TaskBudgetExhausted)
+    message = str(error)
+    assert "time budget exhausted (count) after 7 attempts" in message
+    assert message.endswith("; no dead-letter destination (the letter is on this exception)")
+    assert "None" not in message
+    assert "retry budget" not in message
+    assert "time budget exhausted (count), no dead-letter destination" in caplog.text
+
+    kept = _eager_failing(CeleryBudget(policy, dead_letter=keep), "kept").apply().result
+    assert str(kept).endswith(f"time budget exhausted (count) after 7 attempts; handed to {keep!r}")
+    assert [letter.report.reason for letter in letters] == [StopReason.COUNT]
+
+    capped = CeleryBudget(policy, dead_letter=keep, budget=Ledger(grants=0))
+    refused = str(_eager_failing(capped, "refused").apply().result)
+    assert "retry budget refused the retry (retry_budget) after 1 attempts" in refused
+    assert "time budget" not in refused
+    assert repr(CeleryBudget(policy, dead_letter="dlq").dead_letter) == "DeadLetterQueue('dlq')"
+
+
+far_instants = st.datetimes(
+    min_value=datetime(2026, 1, 1), max_value=datetime.max, timezones=st.sampled_from(ZONES)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_elapsed=st.sampled_from([20.0, 3e11, 1e300]) | st.floats(4.0, 1e300),
+    deadline=st.none() | far_instants | st.just(datetime.max.replace(tzinfo=UTC)),
+    retries=st.integers(0, 5),
+    longest=st.floats(0.0, 1e300),
+)
+def test_plans_and_stamps_hold_for_deadlines_and_budgets_of_any_size(
+    max_elapsed: float, deadline: datetime | None, retries: int, longest: float
+) -> None:
+    """Nothing overflows: an instant past datetime.max is held at it, beyond any run."""
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=max_elapsed)
+    now = T0 + timedelta(seconds=3)
+    end = run_deadline(policy, T0, deadline)
+    try:
+        budget_end = T0 + timedelta(seconds=max_elapsed)
+    except OverflowError:
+        budget_end = LATEST
+    assert end == min(budget_end, LATEST if deadline is None else deadline)
+    plan = plan_retry(
+        policy,
+        task_id="t",
+        retries=retries,
+        started=T0,
+        now=now,
+        deadline=deadline,
+        longest=longest,
+    )
+    assert plan.deadline == end
+    assert admit_attempt(policy, started=T0, now=now, deadline=deadline, longest=longest) in (
+        None,
+        StopReason.WALL_CLOCK,
+        StopReason.DEADLINE,
+    )
+    if deadline is None or (deadline - T0).total_seconds() >= max_elapsed:
+        # A deadline past the run's own end plans exactly as no deadline.
+        alone = plan_retry(
+            policy, task_id="t", retries=retries, started=T0, now=now, longest=longest
+        )
+        assert (plan.countdown, plan.reason) == (alone.countdown, alone.reason)
+    headers: dict[str, Any] = {}
+    _stamp(headers, now, deadline)
+    assert _when(headers[STARTED_HEADER]) == now
+    if deadline is not None:
+        stamped = _when(headers[DEADLINE_HEADER])
+        assert stamped == min(deadline, LATEST)
+        assert _when(deadline_headers(deadline)[DEADLINE_HEADER]) == stamped
+
+
+HUGE_SCOPES = [
+    pytest.param({"seconds": 3e11}, id="3e11s"),
+    pytest.param({"seconds": 1e300}, id="1e300s"),
+    pytest.param({"deadline": datetime(9999, 12, 31, tzinfo=UTC)}, id="9999-12-31"),
+    pytest.param({"deadline": datetime.max.replace(tzinfo=UTC)}, id="datetime.max"),
+]
+
+
+@pytest.mark.parametrize("scope", HUGE_SCOPES)
+def test_the_publish_hook_stamps_a_task_published_inside_a_scope_of_any_size(
+    scope: dict[str, Any],
+) -> None:
+    """The before_task_publish receiver itself, on a budgeted task of the test app."""
+    headers: dict[str, Any] = {}
+    before = datetime.now(UTC)
+    with tenacity_budget.deadline_scope(**scope):
+        _on_publish(sender=tb.flaky.name, headers=headers)
+    started = _when(headers[STARTED_HEADER])
+    assert before <= started <= datetime.now(UTC)
+    stamped = headers.get(DEADLINE_HEADER)
+    # Beyond reach: no deadline at all, or one no run of the task comes near.
+    assert stamped is None or _when(stamped) > started + timedelta(days=365)
+    assert run_deadline(tb.QUICK, started, None if stamped is None else _when(stamped)) == (
+        started + timedelta(seconds=tb.QUICK.max_elapsed)
+    )
+
+
 # ------------------------------------------------------------- real Redis, real workers
 
 
@@ -519,45 +679,12 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
             proc.wait(timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A throwaway redis-server on a free port (no persistence), stopped at the end."""
-    if REDIS_SERVER is None:
-        pytest.skip(NO_REDIS)
-    port = _free_port()
-    directory = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            REDIS_SERVER,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-            # Hash keyspace events: the crash test watches the unacknowledged-message hash.
-            "--notify-keyspace-events",
-            "Kh",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        Output(proc.stdout, "Ready to accept connections").wait("redis-server")  # type: ignore[arg-type]
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        _stop(proc)
+def redis_url() -> Iterator[str]:
+    """A throwaway Redis server on a free port (no persistence), stopped at the end."""
+    # Hash keyspace events: the crash test watches the unacknowledged-message hash.
+    with RedisServer(args=("--notify-keyspace-events", "Kh")) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")
@@ -713,6 +840,30 @@ def test_retries_follow_the_seeded_schedule_until_success(
         assert all(0 < x <= tb.QUICK.max_elapsed for x in left)
         assert left == sorted(left, reverse=True)
     assert _dead_letters(app, dead, 0)[1] == 0
+
+
+@pytest.mark.celery
+def test_a_task_published_inside_a_scope_of_any_size_keeps_its_run_start(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    """A deadline beyond reach (3e11 s, 1e300 s, year 9999, datetime.max): no deadline."""
+    queue, dead = _names()
+    start_worker(queue, dead)
+    results = []
+    for scope in HUGE_SCOPES:
+        with tenacity_budget.deadline_scope(**scope.values[0]):
+            results.append(tb.flaky.apply_async(kwargs={"fails": 1}, queue=queue))
+    for result in results:
+        value = _result(result)
+        assert result.state == "SUCCESS", value
+        attempts = _check_run_log(result.id, 2)  # the start stamped at publication, kept
+        started = _when(attempts[0]["started"])
+        assert started <= _when(attempts[0]["at"])
+        # The run's own budget is its deadline: the scope, beyond reach, shortened nothing.
+        assert {_when(a["deadline"]) for a in attempts} == {
+            started + timedelta(seconds=tb.QUICK.max_elapsed)
+        }
+        assert _countdowns(result.id) == tb.quick.schedule(result.id)[:1]
 
 
 @pytest.mark.celery
