@@ -55,6 +55,7 @@ The response the transport returns is the one the wrapped transport returned: it
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import math
@@ -98,14 +99,23 @@ REPORT_EXTENSION = "tenacity_budget.report"
 
 _PHASES = ("connect", "read", "write", "pool")
 
-# Request bodies that can be sent again. httpx keeps its multipart stream private; without
-# it, a multipart request is only sent once.
-try:
-    from httpx._multipart import MultipartStream
+# Seconds before the run's end at which an async attempt stops waiting for a pool slot
+# (see _pool_bounded).
+_POOL_LEAD = 0.02
 
-    _REPLAYABLE: tuple[type, ...] = (httpx.ByteStream, MultipartStream)
+# httpcore's asyncio pool, whose slots a cut request can leave reserved (_reclaim_orphans).
+try:
+    from httpcore import AsyncConnectionPool as _ConnectionPool
+except ImportError:  # pragma: no cover (an httpx without httpcore)
+    _ConnectionPool = None  # type: ignore[assignment,misc]
+
+# Request bodies that can be sent again: bytes, and multipart forms whose files can be
+# read again from their start (see _replayable). httpx keeps its multipart stream private;
+# without it, a multipart request is only sent once.
+try:
+    from httpx._multipart import MultipartStream as _MultipartStream
 except ImportError:  # pragma: no cover (a future httpx)
-    _REPLAYABLE = (httpx.ByteStream,)
+    _MultipartStream = None  # type: ignore[assignment,misc]
 
 # Transport errors that a retry cannot cure: the request itself is wrong.
 _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
@@ -180,12 +190,13 @@ class _Config:
         """Whether ``request`` may be sent more than once: a listed method, a replayable body.
 
         A body given as bytes, text, JSON, form fields or files can be sent again; one given
-        as an iterator or a generator is consumed by its first attempt, so such a request
-        is sent once.
+        as an iterator or a generator is consumed by its first attempt, and so is a
+        multipart upload with a file that cannot seek back to its start (a pipe, a socket,
+        an object with no ``seekable()``): such a request is sent once.
         """
         if request.method not in self.methods:
             return False
-        return isinstance(request.stream, _REPLAYABLE)
+        return _replayable(request.stream)
 
     def retry_kwargs(self, *, retried: bool) -> dict[str, Any]:
         """The ``policy.retry()`` options of a run: retried methods, or sent once."""
@@ -216,6 +227,38 @@ class _Config:
         if retried and response.status_code in self.retry_statuses:
             raise _RetryableStatus(response)
         return response
+
+
+def _replayable(stream: object) -> bool:
+    """Whether a request body sends the same bytes on every attempt.
+
+    Bytes do. A multipart form does when each of its files is bytes or text, or a file
+    object that says it can seek (``seekable()``): httpx reads such a file again from its
+    start on each attempt. A file that cannot seek back (httpx then goes on from where the
+    first attempt stopped, sending it truncated or empty) makes the whole form one-shot,
+    as does anything else: an iterator, a generator, a stream of unknown kind.
+    """
+    if isinstance(stream, httpx.ByteStream):
+        return True
+    if _MultipartStream is None or not isinstance(stream, _MultipartStream):
+        return False
+    fields = getattr(stream, "fields", None)
+    if not isinstance(fields, list):  # pragma: no cover (a future httpx)
+        return False
+    return all(_rewindable(getattr(field, "file", b"")) for field in fields)
+
+
+def _rewindable(file: object) -> bool:
+    """Whether a multipart file part is read the same way by every attempt."""
+    if isinstance(file, str | bytes):
+        return True
+    seekable = getattr(file, "seekable", None)
+    if not callable(seekable):
+        return False
+    try:
+        return seekable() is True
+    except (OSError, ValueError):  # a closed file, a broken descriptor
+        return False
 
 
 def _last_response(exc: BudgetExhausted) -> httpx.Response:
@@ -427,14 +470,21 @@ class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
             # A response received but not handed over: the run ended otherwise (an attempt
             # that ended after the run's time was up, a cancellation in a backoff sleep).
             if call.received is not None and call.received is not response:
-                await call.received.aclose()
+                await _close_whole(call.received)
 
     async def _attempt(self, call: _Call, retried: bool) -> httpx.Response:
         previous, call.received = call.received, None
         if previous is not None:  # the run is retrying it: discard it
-            await previous.aclose()
-        self._config.time_left(call)
-        response = call.received = await self.transport.handle_async_request(call.request)
+            await _close_whole(previous)
+        left = self._config.time_left(call)
+        call.request.extensions["timeout"] = _pool_bounded(call.timeouts, left)
+        try:
+            response = await self.transport.handle_async_request(call.request)
+        except BaseException:
+            # Cut, timed out or failed: give back what httpcore may have left reserved.
+            await _reclaim_orphans(self.transport)
+            raise
+        call.received = response
         return self._config.check(response, retried=retried)
 
     async def aclose(self) -> None:
@@ -449,6 +499,74 @@ def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float]
         own = timeouts.get(phase)
         bounded[phase] = left if own is None or own > left else float(own)
     return bounded
+
+
+def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
+    """The request's own timeouts, with the wait for a pool slot ending before the run's end.
+
+    An async attempt is cancelled as a whole at the run's end; cancelled while it waits for
+    a connection of httpx's pool, at the moment a connection is handed to it, it would leave
+    that connection reserved for good (httpcore 1.0.9; plain httpx under ``asyncio.timeout``
+    shows it too). So the pool wait ends by httpx's own ``pool`` timeout, :data:`_POOL_LEAD`
+    (or half the time left, where less is left) before the run's end: the cancellation
+    never lands in the pool wait. The other phases are the request's own; the hard
+    deadline bounds them.
+    """
+    bounded = dict(timeouts)
+    pool = left - min(_POOL_LEAD, left / 2)
+    own = timeouts.get("pool")
+    bounded["pool"] = pool if own is None or own > pool else float(own)
+    return bounded
+
+
+async def _close_whole(response: httpx.Response) -> None:
+    """Close ``response`` to the end, even if the task is cancelled while it closes.
+
+    httpcore hands a connection back to its pool at the end of the close; a cancellation
+    landing halfway (an attempt cut by the hard deadline while it discards the response
+    before) would leave the connection reserved for good. The close runs as a task of its
+    own, shielded; a cancellation still reaches the caller.
+    """
+    await asyncio.shield(response.aclose())
+
+
+async def _reclaim_orphans(transport: httpx.AsyncBaseTransport) -> None:
+    """Give back the slots of httpx's pool that a cut request left reserved, if any.
+
+    httpcore 1.0.9 leaves a connection reserved for good when the request it was handed to
+    is cancelled (or times out waiting for the pool) before it starts to use it: a new
+    connection stays ``CONNECTING``, or an HTTP/1.1 one stays ``NEW`` with its socket open,
+    and no request owns it. Neither idle nor closed, the pool never reaps it (upstream
+    encode/httpcore#1093). Such a connection is removed and closed here and its slot handed
+    to the requests waiting for one. Only httpx's own transport over httpcore's pool is
+    repaired; any other transport (and a pool without these internals) is left as it is.
+    """
+    pool = getattr(transport, "_pool", None)
+    if _ConnectionPool is None or type(pool) is not _ConnectionPool:
+        return
+    try:
+        lock = pool._optional_thread_lock
+        connections: list[Any] = pool._connections
+        requests: list[Any] = pool._requests
+        assign = pool._assign_requests_to_connections
+        close = pool._close_connections
+    except AttributeError:  # pragma: no cover (another httpcore)
+        return
+    with lock:
+        owned = {id(request.connection) for request in requests}
+        orphans = [
+            connection
+            for connection in connections
+            if id(connection) not in owned
+            and not connection.is_idle()
+            and not connection.is_closed()
+        ]
+        if not orphans:
+            return
+        for connection in orphans:
+            connections.remove(connection)
+        closing = assign()
+    await asyncio.shield(close([*orphans, *closing]))
 
 
 def _decorate(
