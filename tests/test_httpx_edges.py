@@ -9,10 +9,12 @@ received: each body it got is complete, and the same on every attempt.
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpcore
@@ -22,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason, deadline_scope
-from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport
-from tests._servers import Stalled, stalled_server
+from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport, exhaustion_report
+from tests._servers import Stalled, receive_body, respond, serve, stalled_server
 
 POLICY = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none")
 TRANSPORTS = [BudgetTransport, AsyncBudgetTransport]
@@ -231,3 +233,153 @@ async def test_a_response_discarded_by_an_attempt_that_is_cut_is_closed_to_the_e
             break
         await asyncio.sleep(0)
     assert body.fate == "closed"
+
+
+# -- bodies that cannot be sent twice -------------------------------------------------------
+
+SCAN = bytes(range(256)) * 320  # 80 KiB: more than one read (httpx reads 64 KiB at a time)
+BUSY_POLICY = BackoffPolicy(base=0.001, cap=0.002, max_elapsed=10, jitter="none")
+
+
+class BodyRecorder:
+    """A uvicorn app that records every body it receives: 503 to the first, 201 after."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.bodies.append(await receive_body(receive))
+        await respond(send, 503 if len(self.bodies) == 1 else 201)
+
+
+class ReadOnce(io.RawIOBase):
+    """A file object that reads its content once and cannot seek back: a pipe, a socket.
+
+    (In memory: httpx sizes a file with a descriptor by ``fstat``, which a real pipe
+    answers wrongly, so httpx itself cannot upload one.)
+    """
+
+    def __init__(self, content: bytes) -> None:
+        self._content = io.BytesIO(content)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._content.readinto(buffer)
+
+
+async def put(transport: str, url: str, **request: Any) -> httpx.Response:
+    """One PUT through a real client with the sync or the async transport."""
+    if transport == "sync":
+        with httpx.Client(transport=BudgetTransport(BUSY_POLICY)) as client:
+            return client.put(url, **request)
+    async with httpx.AsyncClient(transport=AsyncBudgetTransport(BUSY_POLICY)) as client:
+        return await client.put(url, **request)
+
+
+@pytest.mark.parametrize("transport", ["sync", "async"])
+async def test_a_multipart_file_that_cannot_seek_back_is_sent_once(transport: str) -> None:
+    app = BodyRecorder()
+    with serve(app) as url, io.BufferedReader(ReadOnce(SCAN)) as scan:
+        assert not scan.seekable()
+        response = await put(transport, f"{url}/doc", files={"scan": ("scan.bin", scan)})
+    # Sent once, whole: a second attempt would have found the stream at its end.
+    [body] = app.bodies
+    assert SCAN in body
+    assert body.endswith(b"--\r\n")
+    assert response.status_code == 503
+    assert exhaustion_report(response) is None  # no run that gave up: one that sent once
+
+
+@pytest.mark.parametrize("transport", ["sync", "async"])
+async def test_a_multipart_file_that_seeks_is_sent_whole_on_every_attempt(
+    transport: str, tmp_path: Path
+) -> None:
+    app = BodyRecorder()
+    path = tmp_path / "scan.bin"
+    path.write_bytes(SCAN)
+    with serve(app) as url, path.open("rb") as scan:
+        response = await put(transport, f"{url}/doc", files={"scan": scan}, data={"title": "Q3"})
+    assert response.status_code == 201
+    first, second = app.bodies
+    assert first == second
+    assert SCAN in first
+    assert b"Q3" in first
+
+
+@pytest.mark.parametrize("transport", ["sync", "async"])
+async def test_a_generator_body_is_sent_once_and_whole(transport: str) -> None:
+    chunks = [b"part-1;", b"part-2;", b"part-3"]
+
+    async def agen() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    app = BodyRecorder()
+    with serve(app) as url:
+        content: Any = iter(chunks) if transport == "sync" else agen()
+        response = await put(transport, f"{url}/doc", content=content)
+    assert app.bodies == [b"".join(chunks)]
+    assert response.status_code == 503
+
+
+class NoSeekable:
+    """A file-like object with ``read`` and ``seek`` but no word on whether it can seek."""
+
+    def __init__(self, content: bytes) -> None:
+        self._content = io.BytesIO(content)
+
+    def read(self, size: int = -1) -> bytes:
+        return self._content.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        raise io.UnsupportedOperation("seek")
+
+
+PART_KINDS = {
+    "bytes": lambda content: content,
+    "text": lambda content: content.decode("latin-1"),
+    "bytesio": io.BytesIO,
+    "read-once": ReadOnce,
+    "no-seekable": NoSeekable,
+}
+ONE_SHOT_KINDS = {"read-once", "no-seekable"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    parts=st.lists(
+        st.tuples(st.sampled_from(sorted(PART_KINDS)), st.binary(min_size=1, max_size=300)),
+        min_size=1,
+        max_size=4,
+    ),
+    fields=st.dictionaries(st.sampled_from(["a", "b"]), st.text("xyz", max_size=5), max_size=2),
+)
+def test_a_multipart_body_is_the_same_on_every_attempt_or_sent_once(
+    parts: list[tuple[str, bytes]], fields: dict[str, str]
+) -> None:
+    bodies: list[bytes] = []
+
+    def busy_once(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.read())
+        return httpx.Response(503 if len(bodies) == 1 else 200)
+
+    files = [
+        (f"part{i}", (f"f{i}.bin", PART_KINDS[kind](content)))
+        for i, (kind, content) in enumerate(parts)
+    ]
+    transport = BudgetTransport(BUSY_POLICY, transport=httpx.MockTransport(busy_once))
+    with httpx.Client(transport=transport) as client:
+        response = client.put("http://store.test/doc", files=files, data=fields)
+    one_shot = any(kind in ONE_SHOT_KINDS for kind, _ in parts)
+    if one_shot:
+        assert len(bodies) == 1
+        assert response.status_code == 503
+    else:
+        assert len(bodies) == 2
+        assert bodies[0] == bodies[1]
+        assert response.status_code == 200
+    for kind, content in parts:  # every part whole, in every body sent
+        sent = content.decode("latin-1").encode() if kind == "text" else content  # as UTF-8
+        assert all(sent in body for body in bodies)
