@@ -15,10 +15,6 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from tenacity_budget import (
     BackoffPolicy,
@@ -38,48 +33,14 @@ from tenacity_budget import (
 )
 from tenacity_budget.asgi import DeadlineMiddleware
 from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport, exhaustion_report
+from tests._servers import respond, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = b"x-request-timeout-ms"
-STARTUP_TIMEOUT = 10.0  # seconds a server may take to start listening
 
 # Every hop's own budget (30 s) is far longer than the client's 2 s: whatever stops a run
 # early is the deadline that travelled to it.
 POLICY = BackoffPolicy(base=0.1, cap=1, max_elapsed=30, attempt_duration=0.1, jitter="none")
-
-
-@contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port; yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        lifespan="off",
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        started = time.monotonic()
-        while not server.started:  # a bounded wait for a real server to listen
-            if not thread.is_alive():
-                raise RuntimeError("uvicorn exited before it started")
-            if time.monotonic() - started > STARTUP_TIMEOUT:
-                raise RuntimeError(f"uvicorn did not start within {STARTUP_TIMEOUT} s")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=STARTUP_TIMEOUT)
-        sock.close()
-    assert not thread.is_alive(), "uvicorn did not stop"
 
 
 def received(scope: dict[str, Any]) -> int | None:
@@ -88,11 +49,6 @@ def received(scope: dict[str, Any]) -> int | None:
         if name == HEADER:
             return int(value)
     return None
-
-
-async def respond(send: Any, status: int, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers or []})
-    await send({"type": "http.response.body", "body": b""})
 
 
 @dataclass
