@@ -21,7 +21,9 @@ What a request gets:
 * **Retries** on ``httpx.TransportError`` (connection refused or reset, timeouts...) and
   on the ``retry_statuses`` (429, 502, 503, 504), for the idempotent ``methods`` only: a
   ``POST`` is sent once unless you list it, and so is a request whose body is an iterator
-  or a generator (its first attempt consumes it). Each request the client sends is one
+  or a generator (its first attempt consumes it), or a multipart upload with a file that
+  cannot seek back to its start (``seekable()`` false or absent: a pipe, a socket); a
+  retried body is the same bytes on every attempt. Each request the client sends is one
   run: a redirect the client follows is a new request with a budget of its own (all of
   them inside an enclosing ``deadline_scope``'s deadline). A ``Retry-After`` on a retryable
   response (seconds or an HTTP-date, read by :func:`tenacity_budget.http.parse_retry_after`)
@@ -36,13 +38,16 @@ What a request gets:
   responses it discards are closed.
 * **Each attempt bounded by the time left.** The async transport cancels the whole attempt
   (connecting, sending, waiting for the response headers) when the run's time is up
-  (``policy.retry(hard_deadline=True)``). The sync one cannot interrupt a running call, so
-  it sets every httpx timeout phase (connect, read, write, pool) to the time left, or the
-  request's own timeout where that is shorter. That bounds each phase, not their sum, and
-  not: a server that trickles bytes (the read timeout counts between reads, not over the
-  whole response), name resolution (``getaddrinfo`` takes no timeout), or reading the body
-  after the transport has returned the response (the client streams it later). Use the
-  async transport where an attempt must end on time whatever the server does.
+  (``policy.retry(hard_deadline=True)``); its wait for a slot of httpx's connection pool
+  ends just before, by httpx's own ``pool`` timeout, and a slot that httpcore leaves
+  reserved after a cut is given back (see the deadline propagation guide). The sync one
+  cannot interrupt a running call, so it sets every httpx timeout phase (connect, read,
+  write, pool) to the time left, or the request's own timeout where that is shorter. That
+  bounds each phase, not their sum, and not: a server that trickles bytes (the read
+  timeout counts between reads, not over the whole response), name resolution
+  (``getaddrinfo`` takes no timeout), or reading the body after the transport has returned
+  the response (the client streams it later). Use the async transport where an attempt
+  must end on time whatever the server does.
 * **The deadline downstream.** Every request it sends carries the time left, in whole
   milliseconds rounded down, in ``X-Request-Timeout-Ms`` (``deadline_header``; ``None``
   disables it), so the next service (with :class:`~tenacity_budget.asgi.DeadlineMiddleware`)

@@ -177,19 +177,36 @@ async def test_a_burst_cut_at_one_instant_leaves_no_pool_slot_reserved() -> None
         await assert_every_slot_is_free(client, server)
 
 
+async def until(condition: Any, what: str) -> None:
+    """Wait, a bounded while, for a real server to have seen something."""
+    for _ in range(5000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"not within 5 s: {what}")
+
+
 async def test_a_slot_left_reserved_by_another_request_is_given_back() -> None:
-    # The repair itself, on httpx's real pool: a connection handed to a request that then
-    # went away (httpcore's leak, made by hand here) is reclaimed by the next attempt that
-    # fails, and its slot handed to the request waiting for one.
+    # The repair itself, on httpx's real pool: connections handed to requests that went
+    # away (httpcore's leak, made by hand here) are reclaimed by the next attempt that
+    # fails, and their slots handed to the requests waiting; a connection in use stays.
     async with stalled_server() as server, pooled_client() as client:
         pool = pool_of(client)
+        in_use = asyncio.ensure_future(client.get(f"{server.url}/hang"))  # its run: 30 s
+        await until(lambda: server.paths["/hang"] == 1, "the request in use was received")
+        [busy] = pool.connections
         origin = httpcore.Origin(b"http", b"127.0.0.1", httpx.URL(server.url).port or 80)
-        orphans = [pool.create_connection(origin) for _ in range(SLOTS)]
+        orphans = [pool.create_connection(origin) for _ in range(SLOTS - 1)]
         pool._connections.extend(orphans)  # reserved, owned by no request: the leak
-        assert [c.info() for c in pool.connections] == ["CONNECTING"] * SLOTS
+        assert [c.info() for c in orphans] == ["CONNECTING"] * (SLOTS - 1)
         with deadline_scope(0.05):
-            await cut(client, f"{server.url}/hang")  # waits for a slot: none comes
+            await cut(client, f"{server.url}/hang")  # waits for a slot: given one back
         assert not set(orphans) & set(pool.connections)
+        assert busy in pool.connections
+        assert not in_use.done()  # untouched: still waiting for its answer
+        in_use.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await in_use
         await assert_every_slot_is_free(client, server)
 
 
