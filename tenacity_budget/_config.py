@@ -8,7 +8,7 @@ another module of the package.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 __all__ = [
     "check_aware",
@@ -17,6 +17,7 @@ __all__ = [
     "one_generator",
     "set_testing_attempts",
     "testing_attempts",
+    "utc_instant",
 ]
 
 # Zero-wait, bounded-attempt mode for test suites (``None``: off). Process-wide on purpose:
@@ -72,6 +73,22 @@ def earliest(*deadlines: datetime | None) -> datetime | None:
         if deadline is not None and (found is None or deadline < found):
             found = deadline
     return found
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+def utc_instant(timestamp: float) -> datetime | None:
+    """The aware UTC instant of ``timestamp`` (epoch seconds); never raises.
+
+    A timestamp later than any ``datetime`` can hold (past ``datetime.max``, or ``inf``)
+    is an end no run can reach: ``None``, no deadline. One earlier than ``datetime.min``
+    is long past: ``datetime.min`` (UTC), which every clock reading is after.
+    """
+    try:
+        return datetime.fromtimestamp(timestamp, UTC)
+    except (OverflowError, ValueError, OSError):  # out of datetime's (or the C library's) range
+        return None if timestamp > 0 else _EARLIEST
 
 
 def check_seed(seed: object) -> int | None:

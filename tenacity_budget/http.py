@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from fractions import Fraction
 
 from ._config import check_aware
 
@@ -55,6 +56,12 @@ _RFC850_YEAR = re.compile(r"[0-9]{1,2}-[A-Za-z]{3}-([0-9]{2})(?![0-9])", re.ASCI
 _HEADER = "Retry-After"
 
 _WHOLE_MS = re.compile(rb"[0-9]+", re.ASCII)
+# Milliseconds of more digits than this are far more seconds than a float holds (1.8e308);
+# the bound keeps the integer conversion short (Python refuses strings of 4300 digits).
+_MAX_MS_DIGITS = 400
+# From here on (2**43 s, some 280 000 years) the float product seconds * 1000 can lose
+# whole milliseconds; the header is then computed exactly.
+_EXACT_FROM = float(2**43)
 
 # A header name is a token (RFC 9110 §5.6.2).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", re.ASCII)
@@ -169,13 +176,19 @@ def format_timeout_ms(seconds: float) -> str:
     """The deadline header value for ``seconds`` left: whole milliseconds, rounded down.
 
     ``1.2345`` gives ``"1234"``; no time left (zero or negative) gives ``"0"``. Rounding
-    down means the receiver never believes it has more time than its caller.
+    down means the receiver never believes it has more time than its caller. Any finite
+    time has its exact value, however large (``1e300`` gives 304 digits, which the
+    receiver reads as that much time, or as no deadline past a float's range).
 
     Raises:
         ValueError: for NaN or an infinite time (a deadline header needs a deadline).
     """
     if not math.isfinite(seconds):
         raise ValueError(f"a deadline header needs a finite time left, got {seconds!r}")
+    if seconds <= 0:
+        return "0"
+    if seconds >= _EXACT_FROM:  # the float product would lose whole milliseconds, or overflow
+        return str(math.floor(Fraction(seconds) * 1000))
     ms = math.floor(seconds * 1000.0)
     if ms / 1000.0 > seconds:  # the product rounded up past a whole millisecond
         ms -= 1
@@ -187,8 +200,9 @@ def parse_timeout_ms(value: str | bytes | None) -> float | None:
 
     ``"1500"`` gives ``1.5``; surrounding whitespace is ignored. Anything else (missing,
     empty, negative, fractional, not a number) gives ``None``: such a header is to be
-    ignored. A value too large for a float gives ``math.inf`` (no deadline at all).
-    Never raises.
+    ignored. A value too large for a float gives ``math.inf`` (no deadline at all); any
+    other is the nearest float to its exact number of seconds, never more than the
+    sender's time left. Never raises.
     """
     if isinstance(value, str):
         try:
@@ -200,7 +214,15 @@ def parse_timeout_ms(value: str | bytes | None) -> float | None:
     text = value.strip(b" \t")
     if not _WHOLE_MS.fullmatch(text):
         return None
-    return float(text) / 1000.0  # digits only: float() cannot fail; past 1e308 it is inf
+    digits = text.lstrip(b"0") or b"0"
+    if len(digits) > _MAX_MS_DIGITS:
+        return math.inf  # more seconds than a float holds: no deadline
+    try:
+        # One correctly rounded division of the exact integer: rounding is monotonic, so
+        # the result never exceeds the sender's time left (format_timeout_ms rounds down).
+        return int(digits) / 1000
+    except OverflowError:  # more seconds than a float holds: no deadline
+        return math.inf
 
 
 def _check_header_name(name: object, what: str) -> str:

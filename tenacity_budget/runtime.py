@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 import tenacity
 from tenacity import RetryCallState, RetryError
 
-from ._config import check_aware, earliest
+from ._config import check_aware, earliest, utc_instant
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
+from .solver import add_compensated
 from .state import RunState, observe_cut, prepare, run_state, tag
 
 if TYPE_CHECKING:
@@ -80,9 +81,10 @@ class Horizon:
         mono_end: the earliest end on the monotonic clock (budgets, relative scopes).
         wall_end: the earliest end on the wall clock, epoch seconds (absolute deadlines).
         run: the record of the budgeted run this frame belongs to, if any.
+        closed: whether the frame has been left (its scope exited, its run over).
     """
 
-    __slots__ = ("last", "mono_end", "outer", "run", "wall_end")
+    __slots__ = ("closed", "last", "mono_end", "outer", "run", "wall_end")
 
     mono_end: float
     wall_end: float
@@ -102,6 +104,7 @@ class Horizon:
             self.tighten(mono_end=outer.mono_end, wall_end=outer.wall_end)
         self.run = run
         self.last = math.inf  # the smallest value remaining() has handed out in this frame
+        self.closed = False
 
     def __repr__(self) -> str:
         return f"<Horizon left={self.left()!r} run={self.run!r}>"
@@ -130,14 +133,19 @@ class Horizon:
         """The earliest end as an aware UTC instant, or ``None`` without an end.
 
         Exact when the wall-clock end binds; a monotonic end is placed on the wall clock
-        from now.
+        from now. Never raises: an end later than any ``datetime`` can hold (a scope of
+        ``3e11`` seconds, a ``datetime.max`` deadline) is past anything a run can reach,
+        and is no end (``None``); one before ``datetime.min`` is ``datetime.min`` (UTC).
         """
         mono_left = math.inf if self.mono_end == math.inf else self.mono_end - time.monotonic()
         if self.wall_end != math.inf and self.wall_end - time.time() <= mono_left:
-            return datetime.fromtimestamp(self.wall_end, UTC)
+            return utc_instant(self.wall_end)
         if mono_left == math.inf:
             return None
-        return datetime.now(UTC) + timedelta(seconds=mono_left)
+        try:
+            return datetime.now(UTC) + timedelta(seconds=mono_left)
+        except OverflowError:  # beyond datetime's range, or timedelta's
+            return None if mono_left > 0 else utc_instant(-math.inf)
 
 
 # Seconds beyond which a scope has no end from ``seconds`` (a float cannot add to a clock).
@@ -164,7 +172,13 @@ def remaining(default: float | None = None) -> float | None:
     timeout" to a client that reads ``None`` that way::
 
         httpx.get(url, timeout=tenacity_budget.remaining(30.0))
+
+    Raises:
+        TypeError: for a ``default`` that is neither ``None`` nor a number (a bool is not).
+        ValueError: for a ``default`` that is NaN, infinite or negative.
     """
+    if default is not None:
+        _check_default(default)
     horizon = _HORIZON.get()
     if horizon is None:
         return default
@@ -176,23 +190,72 @@ def remaining(default: float | None = None) -> float | None:
     return left
 
 
+def _check_default(default: object) -> None:
+    """Refuse a ``remaining()`` default that is not ``None`` or a finite number ``>= 0``."""
+    if isinstance(default, bool) or not isinstance(default, int | float):
+        raise TypeError(
+            f"remaining(default): default must be None or a number of seconds, "
+            f"got {type(default).__name__}"
+        )
+    if not default >= 0 or default == math.inf:  # NaN fails every comparison
+        raise ValueError(
+            f"remaining(default): default must be a finite number >= 0, got {default!r}"
+        )
+
+
 def ambient_deadline() -> datetime | None:
     """The earliest enclosing deadline as an aware UTC instant, or ``None`` outside any.
 
     For integrations that hand a deadline on (a task message, a request header): the end
     of the innermost :func:`deadline_scope` or budgeted run, merged with all enclosing ones.
+    Never raises: an end past anything a ``datetime`` can hold is no deadline (``None``),
+    as :meth:`Horizon.deadline` says.
     """
     horizon = _HORIZON.get()
     return None if horizon is None else horizon.deadline()
 
 
+def _enter(horizon: Horizon) -> Token[Horizon | None]:
+    """Make ``horizon`` (built on the current frame) current; leave it with :func:`_leave`."""
+    return _HORIZON.set(horizon)
+
+
+def _leave(horizon: Horizon, token: Token[Horizon | None]) -> None:
+    """Leave ``horizon``, in whatever order its frames are left: no frame left stays behind.
+
+    Left while it is the current frame, the current frame becomes its nearest enclosing
+    frame still open (frames left out of order before it are skipped). Left while a frame
+    entered inside it is still current (out of order: a scope held by a generator across
+    its ``yield``), that frame stays current, with the ends it was given when entered.
+
+    Raises:
+        RuntimeError: when called in another task or thread than the one that entered it.
+    """
+    current = _HORIZON.get()
+    try:
+        _HORIZON.reset(token)  # validates the context; the frame before it is current again
+    except ValueError:
+        raise RuntimeError(
+            "a deadline scope must be exited in the task (or thread) that entered it; "
+            "this one was entered in another (enter and exit it in the same task)"
+        ) from None
+    horizon.closed = True
+    target = current
+    if current is horizon:
+        target = horizon.outer
+        while target is not None and target.closed:
+            target = target.outer
+    if target is not horizon.outer:
+        _HORIZON.set(target)
+
+
 @contextmanager
 def _frame(horizon: Horizon) -> Iterator[Horizon]:
-    token = _HORIZON.set(horizon)
+    token = _enter(horizon)
     try:
         yield horizon
     finally:
-        _HORIZON.reset(token)
+        _leave(horizon, token)
 
 
 class deadline_scope:  # lower case: used like a function, `with deadline_scope(2):`
@@ -206,10 +269,18 @@ class deadline_scope:  # lower case: used like a function, `with deadline_scope(
     :func:`remaining` inside never exceeds the time left. Works as ``with`` and
     ``async with``; per thread and per asyncio task, like :func:`remaining`.
 
+    A scope's end is fixed when it is entered (the earliest of its own and every enclosing
+    one). Scopes may be left in any order (a scope held by a generator across its
+    ``yield``): a scope left is never the deadline of code outside it afterwards, and one
+    still open keeps the end it had. An end too far to reach (``seconds`` beyond ``1e300``,
+    a ``datetime.max`` deadline) is no deadline for the runs inside.
+
     Raises:
         TypeError: when neither ``seconds`` nor ``deadline`` is given, or for a
             ``deadline`` that is not a datetime.
         ValueError: for NaN or negative ``seconds``, or a naive ``deadline``.
+        RuntimeError: on entering a scope twice, exiting one not entered or already
+            exited, or exiting it in another task or thread than the one that entered it.
     """
 
     __slots__ = ("_token", "deadline", "horizon", "seconds")
@@ -240,12 +311,16 @@ class deadline_scope:  # lower case: used like a function, `with deadline_scope(
         mono_end = math.inf if self.seconds is None else time.monotonic() + self.seconds
         wall_end = math.inf if self.deadline is None else self.deadline.timestamp()
         self.horizon = Horizon(_HORIZON.get(), mono_end=mono_end, wall_end=wall_end)
-        self._token = _HORIZON.set(self.horizon)
+        self._token = _enter(self.horizon)
         return self.horizon
 
     def __exit__(self, *exc_info: object) -> None:
-        assert self._token is not None
-        _HORIZON.reset(self._token)
+        horizon = self.horizon
+        if horizon is None or self._token is None:
+            raise RuntimeError("this deadline_scope was exited without being entered")
+        if horizon.closed:
+            raise RuntimeError("this deadline_scope was already exited")
+        _leave(horizon, self._token)
 
     async def __aenter__(self) -> Horizon:
         return self.__enter__()
@@ -297,9 +372,11 @@ class AttemptTimedOut(Exception):
     from the ``TimeoutError`` of the cancelled attempt; never retried.
     """
 
-    def __init__(self, reason: StopReason) -> None:
-        super().__init__(f"the attempt was cancelled: the run's time was up ({reason.value})")
+    def __init__(self, reason: StopReason, *, started: bool = True) -> None:
+        what = "was cancelled" if started else "was not started"
+        super().__init__(f"the attempt {what}: the run's time was up ({reason.value})")
         self.reason = reason
+        self.started = started  # False: the run's end had passed before it could start
 
 
 class _AsyncBudgetStop:
@@ -499,7 +576,10 @@ class BudgetedRetry:
         """End a hard-deadline run whose attempt was cancelled (or overran its time)."""
         record = horizon.run
         assert record is not None
-        observe_cut(record, time.monotonic() - started)
+        if exc.started:
+            observe_cut(record, time.monotonic() - started)
+        else:
+            _observe_unstarted(record, time.monotonic() - started)
         record.reason = exc.reason
         if not record.resolved:  # cut before the stop was first asked: its deadlines now
             outer = horizon.outer.deadline() if horizon.outer is not None else None
@@ -549,7 +629,7 @@ class BudgetedRetry:
                 retrying = controller.copy()
                 started = time.monotonic()
                 horizon = self._begin_call(retrying)
-                token = _HORIZON.set(horizon)
+                token = _enter(horizon)
                 try:
                     for observer in observers:
                         observer.on_call(name)
@@ -562,7 +642,7 @@ class BudgetedRetry:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
                 finally:
-                    _HORIZON.reset(token)
+                    _leave(horizon, token)
 
             wrapper = async_wrapper
         else:
@@ -570,7 +650,8 @@ class BudgetedRetry:
             @functools.wraps(fn)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
                 retrying = controller.copy()
-                token = _HORIZON.set(self._begin_call(retrying))
+                horizon = self._begin_call(retrying)
+                token = _enter(horizon)
                 try:
                     for observer in observers:
                         observer.on_call(name)
@@ -580,7 +661,7 @@ class BudgetedRetry:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
                 finally:
-                    _HORIZON.reset(token)
+                    _leave(horizon, token)
 
             wrapper = sync_wrapper
 
@@ -599,7 +680,13 @@ class BudgetedRetry:
             horizon = _HORIZON.get()
             assert horizon is not None
             left = horizon.left()
-            timeout = asyncio.timeout(None if left == math.inf else max(0.0, left))
+            if left < 0:
+                # The run's end passed after the stop admitted this attempt (its sleep ran
+                # long, the clock jumped): it is not started, not even its synchronous part.
+                # An attempt admitted at exactly the end (left == 0) is started, as decided.
+                late = TimeoutError("the run's time was up before the attempt could start")
+                raise AttemptTimedOut(_binding_end(horizon), started=False) from late
+            timeout = asyncio.timeout(None if left == math.inf else left)
             try:
                 async with timeout:
                     result = await fn(*args, **kwargs)
@@ -629,6 +716,20 @@ class BudgetedRetry:
             **{k: v for k, v in changes.items() if k not in self._options},
         }
         return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)
+
+
+def _observe_unstarted(record: RunState, elapsed: float) -> None:
+    """Bring ``record`` up to date for an attempt not started: the run's end had passed.
+
+    The counterpart of :func:`~tenacity_budget.state.observe_cut` for an attempt the hard
+    deadline kept from starting: the sleep the latest decision allowed was taken, but no
+    call was made, so the attempts stay as observed.
+    """
+    if record.observed:
+        record.slept, record.slept_error = add_compensated(
+            record.slept, record.slept_error, record.upcoming_sleep
+        )
+    record.elapsed = elapsed
 
 
 def _binding_end(horizon: Horizon) -> StopReason:
