@@ -28,10 +28,9 @@ budget is constant however many calls there are, and the key expires on its own 
 1 s after the last write. All keys of a budget share the hash tag ``{<name>}``, so they
 live in one slot of a Redis Cluster; a name holding ``{`` or ``}`` is percent-encoded in
 the tag (``%7B``, ``%7D``, and ``%25`` for ``%``) and its key is ``<key_prefix>:%{<tag>}``,
-while every other name is its own tag.
-The script is run with ``EVALSHA`` and reloaded on ``NOSCRIPT`` (redis-py's
-``register_script``). The figures are integers in Lua's doubles, exact while ``ratio`` x
-deposits per window stays below 2**53 units (a unit is
+while every other name is its own tag. The script is run with ``EVALSHA`` and reloaded on
+``NOSCRIPT`` (redis-py's ``register_script``). The figures are integers in Lua's doubles,
+exact while ``ratio`` x deposits per window stays below 2**53 units (a unit is
 ``1 / cost`` retry, see :class:`~tenacity_budget.retry_budget.BudgetTerms`); parameters
 whose exact arithmetic would not fit are refused at construction.
 
@@ -40,10 +39,10 @@ its first attempt costs no round trip. Pending deposits go to Redis with the nex
 (or :attr:`balance` read), and at the latest ``ttl / 10`` seconds after the first of them
 (a helper thread for a sync client, a timer on the running event loop for an asyncio one);
 :meth:`close`, and for sync clients the interpreter's exit (waiting at most ``timeout`` or
-1 s, whichever is longer), flush what is left. Each batch
-is sent with its age, and the script counts it in the slice it was made in: a deposit sent
-late (Redis was down) counts no longer than ``ttl`` after it was made, and one that waited
-longer than ``ttl`` is dropped.
+1 s, whichever is longer), flush what is left. Each batch is sent with its age, and the
+script counts it in the slice it was made in: a deposit sent late (Redis was down) counts
+no longer than ``ttl`` after it was made, and one that waited longer than ``ttl`` is
+dropped.
 
 **When Redis is unreachable or slow**, no decision raises into the caller, and none waits
 longer than ``timeout`` (:data:`DEFAULT_TIMEOUT`, 0.05 s, by default) nor longer than the
@@ -82,6 +81,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import math
 import numbers
@@ -889,7 +889,11 @@ class AsyncRedisRetryBudget(RedisRetryBudget):
         except RuntimeError:  # no loop: the next decision sends them
             return
         if self._timer is None:
-            self._timer = loop.call_later(self._flush_interval, self._spawn_flush)
+            # In a context of its own: not the one of the run that deposited first, whose
+            # time left (remaining()) would bound the flush, and be none once it is over.
+            self._timer = loop.call_later(
+                self._flush_interval, self._spawn_flush, context=contextvars.Context()
+            )
 
     def _spawn_flush(self) -> None:
         self._timer = None

@@ -396,7 +396,15 @@ def test_any_name_works_against_a_real_server_in_one_slot(
 def cluster() -> Iterator[RedisServer]:
     """A real one-node Redis Cluster holding every slot: it refuses a script whose keys
     are in two slots (CROSSSLOT), as any cluster does."""
-    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    bus = str(free_port())  # its own cluster bus port: the default (port + 10000) may not fit
+    args = (
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        bus,
+    )
     with RedisServer(args=args) as server:
         admin: Any = redis.Redis.from_url(server.url)
         admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
@@ -447,12 +455,12 @@ def test_deposits_kept_while_redis_was_down_count_from_when_they_were_made(
     virtual_clock.advance(6)  # Redis stays down for 6 s
     assert budget.try_withdraw() is True  # decided locally; the deposits are kept
     own_redis_server.start()
-    virtual_clock.advance(budget.retry_interval)
-    assert budget.balance == 10  # flushed late, 6 s after they were made: they count
+    virtual_clock.advance(budget.retry_interval)  # t = 7: Redis is tried again
+    assert budget.balance == 10  # flushed late, 7 s after they were made: they count
     assert window(connection, budget) == (10, 0)
-    budget.advance_clock(2.5)  # 8.5 s after they were made: still in the window
+    budget.advance_clock(1.5)  # 8.5 s after they were made: still in the window
     assert budget.balance == 10
-    budget.advance_clock(1.5)  # 10 s after: gone, though flushed only 4 s ago
+    budget.advance_clock(1.5)  # 10 s after: gone, though flushed only 3 s ago
     assert budget.balance == 0
     connection.close()
 
@@ -643,3 +651,27 @@ def test_the_exit_flush_does_not_hold_the_interpreter_on_a_stalled_redis(
                 proc.kill()
     assert proc.returncode == 0, err
     assert "Redis did not answer within 2 s" in err  # logged: the flush was given up
+
+
+async def test_the_flush_timer_of_a_run_that_is_over_still_flushes(
+    own_redis_server: RedisServer,
+) -> None:
+    # The first deposit arms the loop timer from inside a scope that ends before it fires:
+    # the flush must not inherit that scope's time left (none, by then).
+    watcher: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
+    connection: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
+    budget = RedisRetryBudget(connection, unique_name(), ttl=0.5, timeout=WAIT)
+    await watcher.config_set("notify-keyspace-events", "Kh")
+    pubsub = watcher.pubsub()
+    await pubsub.subscribe(f"__keyspace@0__:{budget.key}")
+    assert (await pubsub.get_message(timeout=WAIT))["type"] == "subscribe"
+    with deadline_scope(0.001):
+        budget.deposit()  # arms the flush timer (ttl / 10 = 50 ms)
+    message = await pubsub.get_message(timeout=WAIT)
+    assert message is not None
+    assert message["data"] == b"hset"
+    assert budget.pending == 0
+    await budget.close()
+    await pubsub.aclose()
+    await watcher.aclose()
+    await connection.aclose()
