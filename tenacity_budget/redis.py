@@ -643,11 +643,23 @@ class RedisRetryBudget(_RedisBudgetCore):
         return args
 
     def _wait(self) -> float | None:
-        """How long this decision may wait for Redis: ``timeout``, within the run's time left."""
+        """How long this decision may wait for Redis: ``timeout``, within the run's time left.
+
+        ``None``: no bound (a bound past what a thread can wait for is none either).
+        """
         left = remaining()
-        if left is None:
-            return self.timeout
-        return left if self.timeout is None else min(self.timeout, left)
+        wait = (
+            self.timeout
+            if left is None or (self.timeout is not None and self.timeout <= left)
+            else left
+        )
+        return None if wait is None or wait >= threading.TIMEOUT_MAX else wait
+
+    def _no_wait(self) -> TimeoutError:
+        """Why a decision with nothing to wait (``timeout`` 0, or no time left) skips Redis."""
+        if self.timeout == 0:
+            return TimeoutError("timeout is 0: Redis is never waited for")
+        return TimeoutError("no time left in the run to wait for Redis")
 
     # -- Redis health ---------------------------------------------------------------------
 
@@ -739,7 +751,11 @@ class RedisRetryBudget(_RedisBudgetCore):
         about Redis: this decision falls back, the next ones still ask Redis.
         """
         if wait is not None and (self.timeout is None or wait < self.timeout):
-            return TimeoutError(f"the run's time left ({wait:.3g} s) ran out waiting for Redis")
+            error = TimeoutError(f"the run's time left ({wait:.3g} s) ran out waiting for Redis")
+            _log.warning(
+                "retry budget %r: %s; deciding on the %r fallback", self.name, error, self.on_error
+            )
+            return error
         self._failed(error)
         return error
 
@@ -747,7 +763,7 @@ class RedisRetryBudget(_RedisBudgetCore):
         """One script call through the helper thread: its reply, or the error that kept it."""
         wait = self._wait()
         if wait is not None and wait <= 0:
-            return TimeoutError("no time left in the run to wait for Redis")
+            return self._no_wait()
         unused = self._unused()
         if unused is not None:
             return unused
@@ -795,6 +811,8 @@ class RedisRetryBudget(_RedisBudgetCore):
                 raise
 
         wait = None if self.timeout is None else max(self.timeout, _EXIT_WAIT)
+        if wait is not None and wait >= threading.TIMEOUT_MAX:
+            wait = None
         try:
             worker.call(call, wait)
         except _NotRun as error:
@@ -904,7 +922,7 @@ class AsyncRedisRetryBudget(RedisRetryBudget):
     async def _arun(self, withdraw: bool) -> Any:
         wait = self._wait()
         if wait is not None and wait <= 0:
-            return TimeoutError("no time left in the run to wait for Redis")
+            return self._no_wait()
         unused = self._unused()
         if unused is not None:
             return unused

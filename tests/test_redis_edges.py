@@ -169,7 +169,7 @@ def test_a_stalled_redis_holds_a_decision_no_longer_than_its_timeout(
 
 
 def test_a_decision_waits_no_longer_than_the_runs_time_left(
-    own_redis_server: RedisServer, paused: Callable[[], None]
+    own_redis_server: RedisServer, paused: Callable[[], None], caplog: pytest.LogCaptureFixture
 ) -> None:
     # The budget's own timeout (30 s) is longer than the stall: only the run's time bounds it.
     recorder = Recorder()
@@ -186,6 +186,8 @@ def test_a_decision_waits_no_longer_than_the_runs_time_left(
     assert "time left" in str(recorder.fallbacks[0][1])
     # The run's time cut the wait, not Redis: the next decision still asks Redis.
     assert not budget.degraded
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("ran out waiting for Redis; deciding on the 'deny' fallback" in m for m in warnings)
     connection.close()
 
 
@@ -209,6 +211,37 @@ def test_with_no_time_left_a_decision_falls_back_at_once_without_asking_redis(
     assert not budget.degraded  # Redis is not at fault
     assert budget.try_withdraw() is True  # outside the scope: decided by Redis again
     assert window(connection, budget) == (0, 1)
+    connection.close()
+
+
+@pytest.mark.parametrize("timeout", [1e300, None])
+def test_a_bound_past_anything_a_thread_can_wait_is_no_bound(
+    redis_server: RedisServer, timeout: float | None
+) -> None:
+    connection: Any = redis.Redis.from_url(redis_server.url)
+    recorder = Recorder()
+    budget = RedisRetryBudget(
+        connection, unique_name(), ratio=0, min_per_second=1, timeout=timeout, observers=recorder
+    )
+    with deadline_scope(1e300):  # finite time left, far past threading.TIMEOUT_MAX
+        assert budget.try_withdraw() is True
+    assert budget.try_withdraw() is True
+    assert recorder.fallbacks == []  # both decided by Redis: no OverflowError on the way
+    assert window(connection, budget) == (0, 2)
+    connection.close()
+
+
+def test_a_zero_timeout_never_waits_for_redis(redis_server: RedisServer) -> None:
+    connection: Any = redis.Redis.from_url(redis_server.url)
+    recorder = Recorder()
+    budget = RedisRetryBudget(
+        connection, unique_name(), on_error="deny", timeout=0, observers=recorder
+    )
+    assert budget.try_withdraw() is False
+    assert [str(error) for _, error in recorder.fallbacks] == [
+        "timeout is 0: Redis is never waited for"
+    ]
+    assert window(connection, budget) == (0, 0)
     connection.close()
 
 
