@@ -155,8 +155,15 @@ _HORIZON: ContextVar[Horizon | None] = ContextVar("tenacity_budget_horizon", def
 
 
 def current_horizon() -> Horizon | None:
-    """The innermost ambient frame of this thread or task, or ``None`` outside any."""
-    return _HORIZON.get()
+    """The innermost ambient frame of this thread or task, or ``None`` outside any.
+
+    Only an open frame is ever ambient: a task started inside a scope sees it until the
+    scope is left (by the code that entered it), and no longer afterwards.
+    """
+    horizon = _HORIZON.get()
+    while horizon is not None and horizon.closed:
+        horizon = horizon.outer
+    return horizon
 
 
 def remaining(default: float | None = None) -> float | None:
@@ -177,9 +184,11 @@ def remaining(default: float | None = None) -> float | None:
         TypeError: for a ``default`` that is neither ``None`` nor a number (a bool is not).
         ValueError: for a ``default`` that is NaN, infinite or negative.
     """
-    if default is not None:
-        _check_default(default)
+    if default is not None and not (type(default) is float and 0.0 <= default < math.inf):
+        _check_default(default)  # the common float default passes without a call
     horizon = _HORIZON.get()
+    if horizon is not None and horizon.closed:
+        horizon = current_horizon()
     if horizon is None:
         return default
     left = horizon.left()
@@ -211,7 +220,7 @@ def ambient_deadline() -> datetime | None:
     Never raises: an end past anything a ``datetime`` can hold is no deadline (``None``),
     as :meth:`Horizon.deadline` says.
     """
-    horizon = _HORIZON.get()
+    horizon = current_horizon()
     return None if horizon is None else horizon.deadline()
 
 
@@ -245,7 +254,7 @@ def _leave(horizon: Horizon, token: Token[Horizon | None]) -> None:
         target = horizon.outer
         while target is not None and target.closed:
             target = target.outer
-    if target is not horizon.outer:
+    if target is not (None if token.old_value is Token.MISSING else token.old_value):
         _HORIZON.set(target)
 
 
@@ -310,7 +319,7 @@ class deadline_scope:  # lower case: used like a function, `with deadline_scope(
             raise RuntimeError("a deadline_scope is entered once; make a new one")
         mono_end = math.inf if self.seconds is None else time.monotonic() + self.seconds
         wall_end = math.inf if self.deadline is None else self.deadline.timestamp()
-        self.horizon = Horizon(_HORIZON.get(), mono_end=mono_end, wall_end=wall_end)
+        self.horizon = Horizon(current_horizon(), mono_end=mono_end, wall_end=wall_end)
         self._token = _enter(self.horizon)
         return self.horizon
 
@@ -338,7 +347,7 @@ def remaining_until(end: datetime) -> Iterator[None]:
     of a run that must be over by ``end``. An enclosing deadline still holds.
     """
     check_aware(end, "end")
-    with _frame(Horizon(_HORIZON.get(), wall_end=end.timestamp())):
+    with _frame(Horizon(current_horizon(), wall_end=end.timestamp())):
         yield
 
 
@@ -519,7 +528,7 @@ class BudgetedRetry:
         if self.budget is not None:
             self.budget.deposit()
         return Horizon(
-            _HORIZON.get(),
+            current_horizon(),
             mono_end=time.monotonic() + policy.max_elapsed,
             wall_end=self._fixed_deadline_ts,
             run=record,

@@ -806,3 +806,26 @@ def test_an_attempt_admitted_at_exactly_the_scope_end_is_started(
 
     assert asyncio.run(main()) == "ok"
     assert calls == [3.0, 2.0, 0.0]
+
+
+async def test_a_task_started_in_a_scope_is_free_of_it_once_the_scope_is_left(
+    virtual_clock: VirtualClock,
+) -> None:
+    go = asyncio.Event()
+    seen: list[float | None] = []
+
+    async def background() -> StopReason:
+        seen.append(remaining())  # started inside the scope: it holds
+        await go.wait()
+        seen.append(remaining())  # the scope was left: no deadline stays behind
+        with pytest.raises(BudgetExhausted) as caught:
+            await _hard_failing()
+        return caught.value.report.reason
+
+    async with deadline_scope(5):
+        task = asyncio.create_task(background())
+        await asyncio.sleep(0)
+    go.set()
+    reason = await task
+    assert seen == [5.0, None]
+    assert reason in OWN_REASONS
