@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -829,3 +829,54 @@ async def test_a_task_started_in_a_scope_is_free_of_it_once_the_scope_is_left(
     reason = await task
     assert seen == [5.0, None]
     assert reason in OWN_REASONS
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.floats(0.001, 2.0),
+    factor=st.floats(1.01, 3.0),
+    cap_ratio=st.floats(1.0, 50.0),
+    delays=st.integers(1, 8),
+    roomier=st.booleans(),
+    in_scope=st.booleans(),
+    started_at=st.floats(0.0, 1e5),
+)
+def test_every_attempt_the_stop_admits_on_an_exact_fill_is_started(
+    base: float,
+    factor: float,
+    cap_ratio: float,
+    delays: int,
+    roomier: bool,
+    in_scope: bool,
+    started_at: float,
+) -> None:
+    cap = base * cap_ratio
+    exact = math.fsum(min(cap, base * factor**k) for k in range(delays))
+    assume(cap <= exact * (10 if roomier else 1))  # a policy refuses a cap over its budget
+    # The budget, or an enclosing scope, filled exactly by the first delays.
+    policy = BackoffPolicy(
+        base=base, factor=factor, cap=cap, max_elapsed=exact * (10 if roomier else 1), jitter="none"
+    )
+    calls: list[float | None] = []
+
+    @policy.retry(hard_deadline=True)
+    async def flaky() -> None:
+        calls.append(remaining())
+        raise OSError("down")
+
+    async def main() -> None:
+        if in_scope:
+            async with deadline_scope(exact):
+                await flaky()
+        else:
+            await flaky()
+
+    with virtual_clock(START) as clock:
+        clock.advance(started_at)
+        with pytest.raises(BudgetExhausted) as caught:
+            asyncio.run(main())
+    report = caught.value.report
+    # The run ended on a decision of the stop, never on an attempt kept from starting.
+    assert isinstance(report.last_exception, OSError)
+    assert report.attempts == len(calls)
+    assert len(calls) == len(clock.sleeps) + 1
