@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -57,6 +57,7 @@ class Outcome:
     dead_lettered: set[str] = field(default_factory=set)
     lost: set[str] = field(default_factory=set)
     worker_exits: int = 0  # workers that exited on their own (and were replaced)
+    disruptions: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -195,9 +196,18 @@ def run_scenario(
     *,
     tasks: int,
     workers: int = 1,
-    disrupt_after: int | None = None,
+    moments: Sequence[tuple[int, float]] | None = None,
+    quiet: float | None = None,
 ) -> Outcome:
-    """Publish ``tasks`` runs, disrupt once ``disrupt_after`` retries are pending, account."""
+    """Publish ``tasks`` runs, disrupt at each of ``moments``, account for every run.
+
+    A run not accounted for once every run's deadline has passed (plus :data:`MARGIN`) is
+    lost; with ``quiet``, also one not accounted for once no run has ended for ``quiet``
+    seconds (the benchmark's shortcut: a lost run would otherwise cost the whole wait).
+    A moment ``(k, delay)`` is ``delay`` seconds after the ``k``-th retry was published
+    (the default: one, once half as many retries as runs are out, with no delay); drawn
+    delays of a few milliseconds land a kill around the fetch of a retry just published.
+    """
     suffix = uuid.uuid4().hex[:8]
     queue, dead = f"tb.crash.{suffix}", f"tb.crash-dead.{suffix}"
     env = {
@@ -223,19 +233,23 @@ def run_scenario(
         published = time.monotonic()
         for i, task_id in enumerate(ids):
             client.send_task("tb.crash", args=(1 + i % 3,), queue=queue, task_id=task_id)
-        threshold = tasks // 2 if disrupt_after is None else disrupt_after
         give_up = published + tb.CRASH.max_elapsed
-        while _retried(store, ids) < threshold:
-            if time.monotonic() > give_up:
-                outcome.notes.append("the disruption never came: too few retries published")
-                break
-            pubsub.get_message(timeout=0.5)
-        else:
+        for threshold, delay in [(tasks // 2, 0.0)] if moments is None else moments:
+            while _retried(store, ids) < threshold:
+                if time.monotonic() > give_up:
+                    raise RuntimeError(f"the disruption after retry {threshold} never came")
+                pubsub.get_message(timeout=0.5)
+            if delay > 0:
+                threading.Event().wait(delay)
             disrupt(fleet)
+            outcome.disruptions += 1
         # Every run ends by its deadline (published + max_elapsed at the latest), or never.
         give_up = published + tb.CRASH.max_elapsed + MARGIN
         pending = set(ids)
+        progress = time.monotonic()
         while pending and time.monotonic() < give_up:
+            if quiet is not None and time.monotonic() - progress > quiet:
+                break
             fleet.supervise(workers)
             for task_id in sorted(pending):
                 result = client.AsyncResult(task_id)
@@ -244,7 +258,10 @@ def run_scenario(
                 elif result.state == "FAILURE" and isinstance(result.result, TaskBudgetExhausted):
                     outcome.dead_lettered.add(task_id)
                     outcome.notes.append(f"{task_id}: {result.result}")
-            pending -= outcome.succeeded | outcome.dead_lettered
+            left = pending - outcome.succeeded - outcome.dead_lettered
+            if left != pending:
+                progress = time.monotonic()
+            pending = left
             if pending:
                 pubsub.get_message(timeout=0.5)
         outcome.lost = pending
