@@ -152,7 +152,12 @@ class RabbitMQServer:
         )
         assert proc.stdout is not None
         output = _Output(proc.stdout)
-        output.ready.wait(WAIT)
+        try:
+            output.ready.wait(WAIT)
+        except BaseException:  # interrupted while waiting: leave no node behind
+            proc.kill()
+            _waited(proc, WAIT)
+            raise
         if output.ended.is_set() or not output.ready.is_set():
             proc.kill()
             _waited(proc, WAIT)
