@@ -107,3 +107,14 @@ def test_a_broker_killed_and_restarted_loses_no_run_on_rabbitmq(
     )
     assert outcome.disruptions == 1
     _check_runs(outcome, store.url)
+
+
+def test_without_rabbitmq_server_the_rabbitmq_tests_skip_with_a_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tests._rabbitmq as rabbitmq_module
+
+    monkeypatch.setattr(rabbitmq_module, "RABBITMQ_SERVER", None)
+    with pytest.raises(pytest.skip.Exception, match="rabbitmq-server") as skipped:
+        RabbitMQServer()
+    assert ".ci/rabbitmq.sh" in str(skipped.value)
