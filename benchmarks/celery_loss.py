@@ -44,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 
+import kombu  # noqa: E402
 import redis  # noqa: E402
 from celery_app.crash import Fleet, Outcome, kill_a_worker, run_scenario  # noqa: E402
 
@@ -115,6 +116,25 @@ class _RabbitBroker(_Broker):
     def crash(self) -> None:
         self.server.kill()
         self.server.start()
+
+    def holds(self, task_ids: set[str]) -> set[str]:
+        """Once the workers are gone, every unacknowledged message is back in its queue:
+        read them all (unacknowledged, so the broker keeps them) and name their tasks."""
+        if not task_ids:
+            return set()
+        suffix = next(iter(task_ids)).split("-")[1]  # crash.py: crash-<suffix>-<i>
+        found: set[str] = set()
+        with (
+            kombu.Connection(self.url) as conn,
+            conn.SimpleQueue(f"tb.crash.{suffix}") as queue,
+        ):
+            while True:
+                try:
+                    message = queue.get(block=False)
+                except queue.Empty:
+                    break
+                found.add(str(message.headers.get("id")))
+        return found & task_ids
 
     def close(self) -> None:
         self.server.close()
