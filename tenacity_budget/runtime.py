@@ -82,9 +82,12 @@ class Horizon:
         wall_end: the earliest end on the wall clock, epoch seconds (absolute deadlines).
         run: the record of the budgeted run this frame belongs to, if any.
         closed: whether the frame has been left (its scope exited, its run over).
+        stale: whether it was left out of order or from another task or thread: then no
+            context may see it any longer (one left in order stays visible to the tasks
+            started inside it, as a context copy would have it).
     """
 
-    __slots__ = ("closed", "last", "mono_end", "outer", "run", "wall_end")
+    __slots__ = ("closed", "last", "mono_end", "outer", "run", "stale", "wall_end")
 
     mono_end: float
     wall_end: float
@@ -104,7 +107,7 @@ class Horizon:
             self.tighten(mono_end=outer.mono_end, wall_end=outer.wall_end)
         self.run = run
         self.last = math.inf  # the smallest value remaining() has handed out in this frame
-        self.closed = False
+        self.closed = self.stale = False
 
     def __repr__(self) -> str:
         return f"<Horizon left={self.left()!r} run={self.run!r}>"
@@ -157,11 +160,12 @@ _HORIZON: ContextVar[Horizon | None] = ContextVar("tenacity_budget_horizon", def
 def current_horizon() -> Horizon | None:
     """The innermost ambient frame of this thread or task, or ``None`` outside any.
 
-    Only an open frame is ever ambient: a task started inside a scope sees it until the
-    scope is left (by the code that entered it), and no longer afterwards.
+    A frame left out of order, or exited from another task or thread, is never ambient
+    again; a task started inside a scope keeps it after the scope's code left it, as the
+    task's copy of the context has it.
     """
     horizon = _HORIZON.get()
-    while horizon is not None and horizon.closed:
+    while horizon is not None and horizon.stale:
         horizon = horizon.outer
     return horizon
 
@@ -187,7 +191,7 @@ def remaining(default: float | None = None) -> float | None:
     if default is not None and not (type(default) is float and 0.0 <= default < math.inf):
         _check_default(default)  # the common float default passes without a call
     horizon = _HORIZON.get()
-    if horizon is not None and horizon.closed:
+    if horizon is not None and horizon.stale:
         horizon = current_horizon()
     if horizon is None:
         return default
@@ -244,6 +248,10 @@ def _leave(horizon: Horizon, token: Token[Horizon | None]) -> None:
     try:
         _HORIZON.reset(token)  # validates the context; the frame before it is current again
     except ValueError:
+        # An async generator finalized by the event loop, a generator closed by another
+        # thread: the entering context cannot be reached, so no context may see the frame
+        # (its own context may still leave it, quietly).
+        horizon.stale = True
         raise RuntimeError(
             "a deadline scope must be exited in the task (or thread) that entered it; "
             "this one was entered in another (enter and exit it in the same task)"
@@ -252,8 +260,10 @@ def _leave(horizon: Horizon, token: Token[Horizon | None]) -> None:
     target = current
     if current is horizon:
         target = horizon.outer
-        while target is not None and target.closed:
+        while target is not None and target.stale:
             target = target.outer
+    else:
+        horizon.stale = True  # left out of order: a frame entered inside it stays current
     if target is not (None if token.old_value is Token.MISSING else token.old_value):
         _HORIZON.set(target)
 
@@ -281,8 +291,9 @@ class deadline_scope:  # lower case: used like a function, `with deadline_scope(
     A scope's end is fixed when it is entered (the earliest of its own and every enclosing
     one). Scopes may be left in any order (a scope held by a generator across its
     ``yield``): a scope left is never the deadline of code outside it afterwards, and one
-    still open keeps the end it had. An end too far to reach (``seconds`` beyond ``1e300``,
-    a ``datetime.max`` deadline) is no deadline for the runs inside.
+    still open keeps the end it had. An end past anything a run can reach is no deadline for
+    the runs inside: ``seconds`` up to ``1e300`` keep their (finite) time left for
+    :func:`remaining`, beyond that a scope has no end; a ``datetime.max`` deadline is none.
 
     Raises:
         TypeError: when neither ``seconds`` nor ``deadline`` is given, or for a
