@@ -497,12 +497,20 @@ class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
         await self.transport.aclose()
 
 
-def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float]:
+# A time left past this (about 31 years) bounds no socket call: Python's socket timeouts
+# overflow past about 9.2e9 s (nanoseconds in 64 bits), so the request's own timeouts apply.
+_UNBOUNDED = 1e9
+
+
+def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
     """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
-    bounded: dict[str, float] = {}
+    bounded: dict[str, float | None] = {}
     for phase in _PHASES:
         own = timeouts.get(phase)
-        bounded[phase] = left if own is None or own > left else float(own)
+        if left > _UNBOUNDED:
+            bounded[phase] = None if own is None else float(own)
+        else:
+            bounded[phase] = left if own is None or own > left else float(own)
     return bounded
 
 

@@ -400,3 +400,38 @@ def test_a_multipart_body_is_the_same_on_every_attempt_or_sent_once(
     for kind, content in parts:  # every part whole, in every body sent
         sent = content.decode("latin-1").encode() if kind == "text" else content  # as UTF-8
         assert all(sent in body for body in bodies)
+
+
+# -- a time left no socket can take -----------------------------------------------------------
+
+
+async def _ok_app(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] == "http":
+        await respond(send, 200)
+
+
+HUGE = BackoffPolicy(base=0.01, cap=0.02, max_elapsed=1e300, jitter="none")
+
+
+@pytest.mark.parametrize("scope_seconds", [3e11, 1e300])
+def test_a_time_left_past_any_socket_timeout_never_crashes_a_sync_request(
+    scope_seconds: float,
+) -> None:
+    # Socket timeouts overflow past about 9.2e9 s: such a time left bounds nothing, and the
+    # request's own timeout (here none) applies, sent as usual.
+    with serve(_ok_app) as url, deadline_scope(scope_seconds):
+        with httpx.Client(transport=BudgetTransport(HUGE), timeout=None) as client:
+            assert client.get(url).status_code == 200
+            # A request sent once, to a port nothing listens on: httpx's own error, not an
+            # OverflowError from the socket layer.
+            with pytest.raises(httpx.ConnectError):
+                client.post(f"http://127.0.0.1:{_closed_port()}/")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
