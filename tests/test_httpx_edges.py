@@ -419,13 +419,16 @@ def test_a_time_left_past_any_socket_timeout_never_crashes_a_sync_request(
 ) -> None:
     # Socket timeouts overflow past about 9.2e9 s: such a time left bounds nothing, and the
     # request's own timeout (here none) applies, sent as usual.
-    with serve(_ok_app) as url, deadline_scope(scope_seconds):
-        with httpx.Client(transport=BudgetTransport(HUGE), timeout=None) as client:
-            assert client.get(url).status_code == 200
-            # A request sent once, to a port nothing listens on: httpx's own error, not an
-            # OverflowError from the socket layer.
-            with pytest.raises(httpx.ConnectError):
-                client.post(f"http://127.0.0.1:{_closed_port()}/")
+    with (
+        serve(_ok_app) as url,
+        deadline_scope(scope_seconds),
+        httpx.Client(transport=BudgetTransport(HUGE), timeout=None) as client,
+    ):
+        assert client.get(url).status_code == 200
+        # A request sent once, to a port nothing listens on: httpx's own error, not an
+        # OverflowError from the socket layer.
+        with pytest.raises(httpx.ConnectError):
+            client.post(f"http://127.0.0.1:{_closed_port()}/")
 
 
 def _closed_port() -> int:
