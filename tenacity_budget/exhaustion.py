@@ -36,6 +36,10 @@ class StopReason(enum.StrEnum):
     dependency's retry traffic is already at its cap."""
     OTHER = "other"
     """Another stop strategy composed with the budget ended the run."""
+    NOT_REPLAYABLE = "not_replayable"
+    """The attempt failed in a way worth retrying, but its request body cannot be sent
+    again (a generator, a file that cannot seek back): it was sent once, never re-sent
+    truncated or empty."""
 
 
 def _headline(reason: StopReason) -> str:
@@ -45,6 +49,8 @@ def _headline(reason: StopReason) -> str:
     one names; ``"retry budget"`` is for a :class:`~tenacity_budget.RetryBudget`'s refusal
     only: ``"retry budget exhausted (retry_budget)"``. The reason's value is in parentheses.
     """
+    if reason is StopReason.NOT_REPLAYABLE:
+        return f"not retried ({reason.value}): the request body cannot be sent again"
     spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
     return f"{spent} exhausted ({reason.value})"
 

@@ -64,6 +64,7 @@ import asyncio
 import dataclasses
 import inspect
 import math
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -76,9 +77,9 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
-from .exhaustion import BudgetExhausted, ExhaustionReport
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .http import _check_header_name, format_timeout_ms, retry_after
-from .runtime import remaining
+from .runtime import ambient_deadline, remaining
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -232,6 +233,36 @@ class _Config:
         if retried and response.status_code in self.retry_statuses:
             raise _RetryableStatus(response)
         return response
+
+    def not_replayed(self, call: _Call, started: float) -> None:
+        """Say so where a one-shot body's single attempt failed in a way a retry would take.
+
+        A listed method whose body cannot be sent again is sent once: on a retryable status
+        the response carries a report with reason ``not_replayable`` (:func:`exhaustion_report`),
+        and a retryable transport error gets a note saying why it was not retried.
+        """
+        if call.request.method not in self.methods:
+            return
+        response = call.received
+        if response is not None and response.status_code in self.retry_statuses:
+            response.extensions[REPORT_EXTENSION] = ExhaustionReport(
+                attempts=1,
+                affordable=self.policy.max_attempts(),
+                slept=0.0,
+                elapsed=time.monotonic() - started,
+                budget=self.policy.max_elapsed,
+                deadline=ambient_deadline(),
+                reason=StopReason.NOT_REPLAYABLE,
+                last_exception=None,
+            )
+
+    def note_not_replayed(self, request: httpx.Request, exc: BaseException) -> None:
+        """Note on a one-shot request's retryable transport error why it was not retried."""
+        if request.method in self.methods and _retryable(exc):
+            exc.add_note(
+                "tenacity_budget: not retried (not_replayable): the request body cannot be "
+                "sent again (a generator, a file that cannot seek back)"
+            )
 
 
 def _replayable(stream: object) -> bool:
@@ -392,7 +423,13 @@ class BudgetTransport(_Options, httpx.BaseTransport):
         response: httpx.Response | None = None
         try:
             if not self._config.retries(request):
-                response = self._once(call, False)
+                started = time.monotonic()
+                try:
+                    response = self._once(call, False)
+                except BaseException as exc:
+                    self._config.note_not_replayed(request, exc)
+                    raise
+                self._config.not_replayed(call, started)
             else:
                 try:
                     response = self._retried(call, True)
@@ -463,7 +500,13 @@ class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
         response: httpx.Response | None = None
         try:
             if not self._config.retries(request):
-                response = await self._once(call, False)
+                started = time.monotonic()
+                try:
+                    response = await self._once(call, False)
+                except BaseException as exc:
+                    self._config.note_not_replayed(request, exc)
+                    raise
+                self._config.not_replayed(call, started)
             else:
                 try:
                     response = await self._retried(call, True)

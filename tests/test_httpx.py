@@ -159,7 +159,11 @@ def test_a_one_shot_body_is_sent_once(virtual_clock: VirtualClock) -> None:
     with sync_client(server) as client:
         response = client.put(URL, content=iter([b"chunk-1", b"chunk-2"]))
     assert response.status_code == 503
-    assert exhaustion_report(response) is None
+    # Issue 15: not retried, and the report says why (it said nothing before).
+    report = exhaustion_report(response)
+    assert report is not None
+    assert report.reason is StopReason.NOT_REPLAYABLE
+    assert report.attempts == 1
     assert len(server.requests) == 1
 
 
@@ -171,6 +175,9 @@ async def test_async_a_one_shot_body_is_sent_once(virtual_clock: VirtualClock) -
     async with async_client(server) as client:
         response = await client.put(URL, content=chunks())
     assert response.status_code == 503
+    report = exhaustion_report(response)
+    assert report is not None
+    assert report.reason is StopReason.NOT_REPLAYABLE
     assert len(server.requests) == 1
 
 

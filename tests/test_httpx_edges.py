@@ -13,7 +13,7 @@ import io
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -306,7 +306,10 @@ async def test_a_multipart_file_that_cannot_seek_back_is_sent_once(transport: st
     assert SCAN in body
     assert body.endswith(b"--\r\n")
     assert response.status_code == 503
-    assert exhaustion_report(response) is None  # no run that gave up: one that sent once
+    report = exhaustion_report(response)  # not retried, and the report says why
+    assert report is not None
+    assert report.reason is StopReason.NOT_REPLAYABLE
+    assert report.attempts == 1
 
 
 @pytest.mark.parametrize("transport", ["sync", "async"])
@@ -438,3 +441,29 @@ def _closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+@pytest.mark.parametrize("transport", ["sync", "async"])
+async def test_a_one_shot_body_that_meets_a_refused_connection_says_why_it_was_not_retried(
+    transport: str,
+) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b"payload"
+
+    async def async_chunks() -> AsyncIterator[bytes]:
+        yield b"payload"
+
+    body = chunks() if transport == "sync" else async_chunks()
+    with pytest.raises(httpx.ConnectError) as caught:
+        await put(transport, f"http://127.0.0.1:{_closed_port()}/doc", content=body)
+    assert any("not retried (not_replayable)" in note for note in caught.value.__notes__)
+
+
+def test_a_post_that_meets_a_refused_connection_gets_no_note() -> None:
+    # A method not retried at all is not "not retried because of its body".
+    with (
+        httpx.Client(transport=BudgetTransport(POLICY)) as client,
+        pytest.raises(httpx.ConnectError) as caught,
+    ):
+        client.post(f"http://127.0.0.1:{_closed_port()}/", content=b"x")
+    assert not getattr(caught.value, "__notes__", [])

@@ -377,6 +377,10 @@ def test_every_reason_names_what_was_spent_with_its_value_in_parentheses(
         last_exception=OSError("down"),
     )
     message = str(BudgetExhausted(last, report))
-    spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
-    assert message.startswith(f"{spent} exhausted ({reason.value}): {attempts} attempts")
+    if reason is StopReason.NOT_REPLAYABLE:  # no budget was spent: the body cannot be re-sent
+        assert message.startswith(f"not retried ({reason.value}): ")
+        assert "exhausted" not in message
+    else:
+        spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
+        assert message.startswith(f"{spent} exhausted ({reason.value}): {attempts} attempts")
     assert ("retry budget" in message) is (reason is StopReason.RETRY_BUDGET)
