@@ -659,7 +659,11 @@ class RedisRetryBudget(_RedisBudgetCore):
         """Why a decision with nothing to wait (``timeout`` 0, or no time left) skips Redis."""
         if self.timeout == 0:
             return TimeoutError("timeout is 0: Redis is never waited for")
-        return TimeoutError("no time left in the run to wait for Redis")
+        error = TimeoutError("no time left in the run to wait for Redis")
+        _log.warning(
+            "retry budget %r: %s; deciding on the %r fallback", self.name, error, self.on_error
+        )
+        return error
 
     # -- Redis health ---------------------------------------------------------------------
 

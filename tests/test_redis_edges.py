@@ -209,6 +209,9 @@ def test_with_no_time_left_a_decision_falls_back_at_once_without_asking_redis(
     assert len(recorder.fallbacks) == 1
     assert "no time left" in str(recorder.fallbacks[0][1])
     assert any("on the 'local' fallback" in r.getMessage() for r in caplog.records)
+    assert any(
+        r.levelno >= logging.WARNING and "no time left" in r.getMessage() for r in caplog.records
+    )  # logged where an operator sees it, as every fallback is
     assert not budget.degraded  # Redis is not at fault
     assert budget.try_withdraw() is True  # outside the scope: decided by Redis again
     assert window(connection, budget) == (0, 1)
