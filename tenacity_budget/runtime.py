@@ -12,12 +12,14 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import tenacity
@@ -205,12 +207,17 @@ def remaining(default: float | None = None) -> float | None:
 
 def _check_default(default: object) -> None:
     """Refuse a ``remaining()`` default that is not ``None`` or a finite number ``>= 0``."""
-    if isinstance(default, bool) or not isinstance(default, int | float):
+    if isinstance(default, bool) or not isinstance(default, numbers.Real | Decimal):
         raise TypeError(
             f"remaining(default): default must be None or a number of seconds, "
             f"got {type(default).__name__}"
         )
-    if not default >= 0 or default == math.inf:  # NaN fails every comparison
+    value: Any = default  # a Real or a Decimal: both order against 0
+    try:
+        finite = bool(value >= 0) and value != math.inf  # NaN fails every comparison
+    except ArithmeticError:  # a Decimal NaN signals instead
+        finite = False
+    if not finite:
         raise ValueError(
             f"remaining(default): default must be a finite number >= 0, got {default!r}"
         )

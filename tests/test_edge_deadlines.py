@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -857,7 +858,7 @@ async def test_an_async_generator_finalized_elsewhere_leaves_no_stale_deadline(
 def test_a_generator_closed_by_another_thread_leaves_no_stale_deadline(
     virtual_clock: VirtualClock,
 ) -> None:
-    def pages() -> Iterator[int]:
+    def pages() -> Generator[int, None, None]:
         with deadline_scope(5):
             yield from range(10)
 
@@ -929,3 +930,19 @@ def test_every_attempt_the_stop_admits_on_an_exact_fill_is_started(
     assert isinstance(report.last_exception, OSError)
     assert report.attempts == len(calls)
     assert len(calls) == len(clock.sleeps) + 1
+
+
+@pytest.mark.parametrize(
+    "default", [Decimal("1.5"), Fraction(1, 2), 10**400, Decimal("1e999999"), 0], ids=repr
+)
+def test_a_default_of_any_number_kind_is_returned_unchanged(default: object) -> None:
+    # Numbers other than floats were handed back before issue 15: they still are.
+    assert remaining(default) is default  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "default", [Decimal("NaN"), Decimal("sNaN"), Decimal("-1"), Decimal("Infinity")], ids=repr
+)
+def test_a_decimal_that_is_no_finite_number_is_refused(default: Decimal) -> None:
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        remaining(default)  # type: ignore[arg-type]
