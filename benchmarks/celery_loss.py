@@ -23,7 +23,7 @@ deterministic test can show. The Redis broker is
 transport code; tests/_redis.py picks it). ``--rabbitmq`` runs the same on RabbitMQ (its
 tests show no loss; here it is counted the same way, for the comparison).
 
-    python -m benchmarks.celery_loss --runs 8 [--rabbitmq]
+    python -m benchmarks.celery_loss --runs 8 [--rabbitmq | --rabbitmq-only]
 """
 
 from __future__ import annotations
@@ -238,21 +238,28 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8, help="runs per scenario (default 8)")
     parser.add_argument("--rabbitmq", action="store_true", help="also run them on RabbitMQ")
+    parser.add_argument(
+        "--rabbitmq-only",
+        action="store_true",
+        help="run them on RabbitMQ only (results/celery_loss_rabbitmq.json)",
+    )
     parser.add_argument("--quick", action="store_true", help="2 runs each, no result file")
     args = parser.parse_args(argv)
     # Stopped with SIGTERM: unwind, so every worker and server started here is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     runs = 2 if args.quick else args.runs
     results: dict[str, Any] = {
-        "redis_server": _server_version(),
         "celery": metadata.version("celery"),
         "kombu": metadata.version("kombu"),
-        "redis": measure("redis", runs),
     }
-    if args.rabbitmq:
+    if not args.rabbitmq_only:
+        results["redis_server"] = _server_version()
+        results["redis"] = measure("redis", runs)
+    if args.rabbitmq or args.rabbitmq_only:
         results["rabbitmq"] = measure("rabbitmq", runs)
     if not args.quick:
-        path = write_results("celery_loss", command_line("benchmarks.celery_loss"), results)
+        name = "celery_loss_rabbitmq" if args.rabbitmq_only else "celery_loss"
+        path = write_results(name, command_line("benchmarks.celery_loss"), results)
         print(f"wrote {path.relative_to(ROOT)}")
 
 
