@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, MutableMapping
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -22,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -46,6 +43,7 @@ from tenacity_budget.asgi import DeadlineMiddleware
 from tenacity_budget.http import format_timeout_ms, parse_timeout_ms
 from tenacity_budget.runtime import Horizon, ambient_deadline, current_horizon, remaining_until
 from tenacity_budget.testing import VirtualClock, virtual_clock
+from tests._servers import serve
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 # A 30 s budget: whatever stops a run inside a far scope is the budget, never the scope.
@@ -290,42 +288,6 @@ def test_any_whole_ms_header_parses_to_a_sane_time(ms: int) -> None:
 
 
 # -- the caller's header, behind DeadlineMiddleware on a real server -----------------------
-
-STARTUP_TIMEOUT = 10.0
-
-
-@contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port; yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        lifespan="off",
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        started = time.monotonic()
-        while not server.started:  # a bounded wait for a real server to listen
-            if not thread.is_alive():
-                raise RuntimeError("uvicorn exited before it started")
-            if time.monotonic() - started > STARTUP_TIMEOUT:
-                raise RuntimeError(f"uvicorn did not start within {STARTUP_TIMEOUT} s")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=STARTUP_TIMEOUT)
-        sock.close()
-    assert not thread.is_alive(), "uvicorn did not stop"
 
 
 @dataclass
