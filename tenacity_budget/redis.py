@@ -655,6 +655,13 @@ class RedisRetryBudget(_RedisBudgetCore):
         )
         return None if wait is None or wait >= threading.TIMEOUT_MAX else wait
 
+    def _preflight(self) -> tuple[float | None, BaseException | None]:
+        """The wait this decision may spend on Redis, and why it skips Redis (``None``: it asks)."""
+        wait = self._wait()
+        if wait is not None and wait <= 0:
+            return wait, self._no_wait()
+        return wait, self._unused()
+
     def _no_wait(self) -> TimeoutError:
         """Why a decision with nothing to wait (``timeout`` 0, or no time left) skips Redis."""
         if self.timeout == 0:
@@ -765,12 +772,9 @@ class RedisRetryBudget(_RedisBudgetCore):
 
     def _run(self, withdraw: bool) -> Any:
         """One script call through the helper thread: its reply, or the error that kept it."""
-        wait = self._wait()
-        if wait is not None and wait <= 0:
-            return self._no_wait()
-        unused = self._unused()
-        if unused is not None:
-            return unused
+        wait, skip = self._preflight()
+        if skip is not None:
+            return skip
         items = self._take_pending()
 
         def call() -> Any:
@@ -924,12 +928,9 @@ class AsyncRedisRetryBudget(RedisRetryBudget):
         task.add_done_callback(self._tasks.discard)
 
     async def _arun(self, withdraw: bool) -> Any:
-        wait = self._wait()
-        if wait is not None and wait <= 0:
-            return self._no_wait()
-        unused = self._unused()
-        if unused is not None:
-            return unused
+        wait, skip = self._preflight()
+        if skip is not None:
+            return skip
         items = self._take_pending()
         try:
             async with asyncio.timeout(wait):
