@@ -636,6 +636,38 @@ def test_16_threads_share_the_floor_exactly(virtual_clock: VirtualClock) -> None
     assert sum(granted) == 100
 
 
+def test_16_threads_keep_exact_counts_while_the_clock_crosses_slices() -> None:
+    # One deposit affords one retry, over an hour: each thread's retry follows its own
+    # deposit, so every one is granted however the threads interleave, while one thread
+    # moves the clock by 50 minutes, across 8 or 9 slices of 6 minutes (of the 10 counted).
+    budget = RetryBudget(ratio=1, min_per_second=0, ttl=3600)
+    granted = [0] * 16
+    start = threading.Barrier(16)
+    with hand_clock() as clock:
+        first = clock.now
+        budget.deposit()  # the window starts at the first instant
+
+        def work(i: int) -> None:
+            start.wait()
+            for n in range(1, 1001):
+                budget.deposit()
+                granted[i] += budget.try_withdraw()
+                if i == 0 and n % 50 == 0:
+                    clock.advance(150)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert clock.now - first == 3000
+        assert budget.terms.slice_of(clock.now) - budget.terms.slice_of(first) in (8, 9)
+        assert sum(granted) == 16_000
+        assert budget.balance == 1  # the first deposit's retry, never withdrawn
+        clock.advance(3600)
+        assert budget.balance == 0
+
+
 async def test_16_tasks_never_get_more_than_the_budget(virtual_clock: VirtualClock) -> None:
     budget = RetryBudget(ratio=0.2, min_per_second=1, ttl=10)
 
