@@ -275,8 +275,19 @@ class BudgetTerms:
     slice_num: int
     slice_den: int
 
+    def grants(self, deposits: int, withdrawals: int) -> bool:
+        """The rule: whether a window may hold ``withdrawals`` beside ``deposits``.
+
+        ``withdrawals <= ratio * deposits + min_per_second * ttl``, in units: a withdrawal
+        is granted when the window, counting it, still satisfies it.
+        """
+        return self.cost * withdrawals <= self.reserve_units + self.deposit_units * deposits
+
     def affordable(self, deposits: int, withdrawals: int) -> int:
-        """Withdrawals a window holding these counts would still grant (never negative)."""
+        """Withdrawals a window holding these counts would still grant (never negative).
+
+        The largest ``n`` for which :meth:`grants` holds for ``withdrawals + n``, or ``0``.
+        """
         free = self.reserve_units + self.deposit_units * deposits - self.cost * withdrawals
         return free // self.cost if free > 0 else 0
 
@@ -287,6 +298,41 @@ class BudgetTerms:
         divided exactly by ``ttl / SLICES``.
         """
         return round(seconds * 1_000_000) * self.slice_num // self.slice_den
+
+    def slice_span(self, index: int) -> tuple[float, float] | None:
+        """The floats in slice ``index``: exactly the ``t`` with ``start <= t < end``.
+
+        :meth:`slice_of` never decreases as ``t`` grows, so its floats form one interval;
+        its ends are found by stepping from an estimate and checked with :meth:`slice_of`
+        itself. ``None`` where they cannot be (instants near the float range's end).
+        """
+        try:
+            start, end = self._first_float(index), self._first_float(index + 1)
+        except (OverflowError, ValueError):
+            return None
+        if start is None or end is None:
+            return None
+        return start, end
+
+    def _first_float(self, index: int) -> float | None:
+        """The least float in slice ``index`` or a later one; ``None`` if the steps miss it."""
+        # The least microsecond count in slice `index` or later, and the instant rounding to it.
+        micros = -(-index * self.slice_den // self.slice_num)
+        t = (micros - 0.5) / 1_000_000
+        for _ in range(_STEPS):
+            if self.slice_of(t) < index:
+                t = math.nextafter(t, math.inf)
+                continue
+            below = math.nextafter(t, -math.inf)
+            if self.slice_of(below) < index:
+                return t
+            t = below
+        return None
+
+
+# Steps from the estimate of a slice's first float within which its exact end is found; the
+# estimate is within a few ulps of it.
+_STEPS = 64
 
 
 def budget_terms(ratio: object, min_per_second: object, ttl: object) -> BudgetTerms:
@@ -385,20 +431,18 @@ class RetryBudget(BudgetParameters):
     """Whether :meth:`try_withdraw` must be awaited (never, for this budget)."""
 
     __slots__ = (
-        "_cost",
         "_current",
         "_deposit_slots",
         "_deposits",
+        "_deposits_before",
+        "_end",
         "_lock",
-        "_reserve",
         "_shift",
-        "_slice_den",
-        "_slice_num",
-        "_slot",
+        "_start",
         "_terms",
-        "_unit",
         "_withdrawal_slots",
         "_withdrawals",
+        "_withdrawals_before",
         "name",
         "observers",
     )
@@ -412,25 +456,23 @@ class RetryBudget(BudgetParameters):
         name: str = "default",
         observers: BudgetObserver | Iterable[BudgetObserver] | None = (),
     ) -> None:
-        terms = self._terms = budget_terms(ratio, min_per_second, ttl)
-        # The figures the hot path reads, as plain attributes.
-        self._reserve, self._unit, self._cost = (
-            terms.reserve_units,
-            terms.deposit_units,
-            terms.cost,
-        )
-        self._slice_num, self._slice_den = terms.slice_num, terms.slice_den
+        self._terms = budget_terms(ratio, min_per_second, ttl)
         self.name = _check_name(name)
         self.observers = observers_of(observers)
         self._lock = threading.Lock()
-        # A ring of SLICES slots; slot s % SLICES holds slice s, for the SLICES latest ones.
+        # A ring of SLICES slots; slot s % SLICES holds the counts of slice s, for the
+        # SLICES - 1 slices before the current one (the current slice's slot is written
+        # when the slice ends).
         self._deposit_slots = [0] * SLICES
         self._withdrawal_slots = [0] * SLICES
-        self._deposits = 0  # totals over the window
+        self._deposits = 0  # totals over the window, the current slice included
         self._withdrawals = 0
+        self._deposits_before = 0  # the totals when the current slice began
+        self._withdrawals_before = 0
         self._current: int | None = None  # the latest slice seen
-        self._slot = 0  # its slot
         self._shift = 0  # added to every slice index: a clock read earlier stands still
+        # The monotonic instants of the current slice: start <= t < end (none yet).
+        self._start, self._end = math.inf, -math.inf
 
     def __repr__(self) -> str:
         t = self._terms
@@ -441,16 +483,12 @@ class RetryBudget(BudgetParameters):
 
     # -- the window -------------------------------------------------------------------------
 
-    def _roll(self) -> int:
-        """Bring the window to now (under the lock); return the current slice's slot."""
-        # BudgetTerms.slice_of, inlined: this runs on every call and every retry.
-        now = round(time.monotonic() * 1_000_000) * self._slice_num // self._slice_den
-        now += self._shift
+    def _roll(self, seconds: float) -> None:
+        """Bring the window to the instant ``seconds``, outside the current slice (locked)."""
+        now = self._terms.slice_of(seconds) + self._shift
         current = self._current
-        if now == current:
-            return self._slot
         if current is None:
-            self._current = now
+            self._current = current = now
         elif now > current:
             deposits, withdrawals = self._deposit_slots, self._withdrawal_slots
             if now - current >= SLICES:
@@ -458,50 +496,62 @@ class RetryBudget(BudgetParameters):
                 withdrawals[:] = [0] * SLICES
                 self._deposits = self._withdrawals = 0
             else:
+                slot = current % SLICES  # the current slice ends: its counts go to its slot
+                deposits[slot] = self._deposits - self._deposits_before
+                withdrawals[slot] = self._withdrawals - self._withdrawals_before
                 # Slices current+1 .. now take the slots of slices SLICES earlier: expired.
                 for index in range(current + 1, now + 1):
                     slot = index % SLICES
                     self._deposits -= deposits[slot]
                     self._withdrawals -= withdrawals[slot]
                     deposits[slot] = withdrawals[slot] = 0
-            self._current = now
-        else:
+            self._deposits_before, self._withdrawals_before = self._deposits, self._withdrawals
+            self._current = current = now
+        elif now < current:
             self._shift += current - now
-            return self._slot
-        slot = self._slot = now % SLICES
-        return slot
+        # The instants of the current slice, so that the calls inside it skip this. Only from a
+        # float (time.monotonic() returns one): an instant of another type, from a test clock,
+        # leaves the skip off until a float is read.
+        span = None
+        if type(seconds) is float:
+            span = self._terms.slice_span(current - self._shift)
+        self._start, self._end = span if span is not None else (math.inf, -math.inf)
 
     # -- the interface ----------------------------------------------------------------------
 
     def deposit(self) -> None:
         """Record one call (call it once per run, at its first attempt; never per retry)."""
         with self._lock:
-            slot = self._roll()
-            self._deposit_slots[slot] += 1
+            now = time.monotonic()
+            if not self._start <= now < self._end:
+                self._roll(now)
             self._deposits += 1
 
     def try_withdraw(self) -> bool:
         """Take one retry if the window affords it (``True``); else change nothing (``False``)."""
         with self._lock:
-            slot = self._roll()
+            now = time.monotonic()
+            if not self._start <= now < self._end:
+                self._roll(now)
             withdrawals = self._withdrawals + 1
-            # Units left once this retry is paid (BudgetTerms.affordable's figure).
-            free = self._reserve + self._unit * self._deposits - self._cost * withdrawals
-            granted = free >= 0
+            granted = self._terms.grants(self._deposits, withdrawals)
             if granted:
-                self._withdrawal_slots[slot] += 1
                 self._withdrawals = withdrawals
-        if self.observers:
-            balance = free // self._cost if granted else 0
-            for observer in self.observers:
-                observer.on_budget_decision(self.name, granted, balance)
+            observers = self.observers
+            if not observers:
+                return granted
+            balance = self._terms.affordable(self._deposits, self._withdrawals)
+        for observer in observers:
+            observer.on_budget_decision(self.name, granted, balance)
         return granted
 
     @property
     def balance(self) -> int:
         """Retries :meth:`try_withdraw` would grant now (``0`` when it would refuse)."""
         with self._lock:
-            self._roll()
+            now = time.monotonic()
+            if not self._start <= now < self._end:
+                self._roll(now)
             return self._terms.affordable(self._deposits, self._withdrawals)
 
     def _record_withdrawal(self) -> None:
@@ -509,8 +559,9 @@ class RetryBudget(BudgetParameters):
         # budget records here every retry Redis granted, so that its local fallback starts
         # from this process's real retry traffic.
         with self._lock:
-            slot = self._roll()
-            self._withdrawal_slots[slot] += 1
+            now = time.monotonic()
+            if not self._start <= now < self._end:
+                self._roll(now)
             self._withdrawals += 1
 
     def _reset_lock(self) -> None:

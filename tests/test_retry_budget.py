@@ -34,6 +34,7 @@ from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason
 from tenacity_budget.retry_budget import (
     SLICES,
     BudgetObserver,
+    BudgetTerms,
     RetryBudget,
     async_stop_retry_budget,
     budget_terms,
@@ -488,6 +489,109 @@ def test_a_clock_read_earlier_than_before_counts_as_no_time() -> None:
         assert grants(budget, 20) == 10
 
 
+class _Instant(float):
+    """A float of another type: a budget reading its clock as one never skips the roll."""
+
+
+_DIRECTIONS = {True: math.inf, False: -math.inf}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ttl=st.sampled_from([1.0, 2.5, 10.0, 7.3, 0.0003, 1e-9, 1e100]),
+    start=st.sampled_from([0.0, 1_000_000.0, 123_456.789, 2.0**33, 3e9]),
+    index=st.integers(-(10**6), 10**6),
+)
+def test_a_slice_span_holds_exactly_the_floats_of_its_slice(
+    ttl: float, start: float, index: int
+) -> None:
+    terms = budget_terms(0.2, 1, ttl)
+    index += terms.slice_of(start)
+    span = terms.slice_span(index)
+    assert span is not None
+    first, end = span
+    assert first <= end
+    # Every float in [first, end) is in the slice (the interval's ends are checked, the
+    # slice index never decreases), the float before it is in an earlier one, end in a
+    # later one.
+    if first < end:
+        assert terms.slice_of(first) == index
+        assert terms.slice_of(math.nextafter(end, -math.inf)) == index
+    assert terms.slice_of(math.nextafter(first, -math.inf)) < index
+    assert terms.slice_of(end) > index
+    if ttl >= 1e-3:  # a slice of at least 100 us holds floats; a slice of 1e-10 s may not
+        assert first < end
+
+
+def test_a_slice_span_is_none_where_the_floats_end() -> None:
+    terms = budget_terms(0.2, 1, 10)
+    last = sys.float_info.max / 1e6  # the latest instant with a slice: t * 1e6 is finite
+    while math.isinf(last * 1e6):
+        last = math.nextafter(last, 0)
+    assert terms.slice_span(terms.slice_of(last)) is None  # its slice ends past the floats
+    assert terms.slice_span(terms.slice_of(1.79e302)) is not None
+    with hand_clock() as clock:  # a budget at such an instant rolls on every call, as before
+        budget = RetryBudget(ratio=0, min_per_second=1, ttl=10)
+        clock.now = last
+        assert grants(budget, 12) == 10
+        assert budget.balance == 0
+
+
+steps = st.lists(
+    st.tuples(
+        st.integers(-3, 12),  # slices from the current instant's (negative: the clock goes back)
+        st.integers(-3, 3),  # floats from the slice's first (>= 0) or past its last (< 0)
+        st.sampled_from(["deposit", "try_withdraw", "balance"]),
+        st.integers(1, 4),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ttl=st.sampled_from([1.0, 2.5, 10.0, 7.3, 0.0003]),
+    start=st.sampled_from([0.0, 1_000_000.0, 123_456.789, 2.0**33]),
+    steps=steps,
+)
+def test_the_roll_is_skipped_exactly_while_the_clock_stays_in_the_slice(
+    ttl: float, start: float, steps: list[tuple[int, int, str, int]]
+) -> None:
+    # Two budgets see the same instants, at the edges of slices, forwards and backwards;
+    # one reads them as a float subclass, so it brings its window to now on every call, as
+    # before the hot path skipped that. They must decide alike.
+    fast = RetryBudget(ratio=0.5, min_per_second=0.4, ttl=ttl)
+    slow = RetryBudget(ratio=0.5, min_per_second=0.4, ttl=ttl)
+    terms = fast.terms
+    now = start
+    skipped = 0
+    with hand_clock() as clock:
+
+        def both(op: str) -> tuple[object, object]:
+            clock.now = now
+            here = fast.balance if op == "balance" else getattr(fast, op)()
+            clock.now = _Instant(now)
+            there = slow.balance if op == "balance" else getattr(slow, op)()
+            return here, there
+
+        for slices, floats, op, n in steps:
+            span = terms.slice_span(terms.slice_of(now) + slices)
+            assert span is not None
+            now = span[0] if floats >= 0 else span[1]
+            for _ in range(abs(floats)):
+                now = math.nextafter(now, _DIRECTIONS[floats >= 0])
+            for _ in range(n):
+                here, there = both(op)
+                assert here == there
+            assert both("balance")[0] == both("balance")[1]
+            clock.now = now
+            if fast._start <= now < fast._end:
+                skipped += 1
+    assert slow._start == math.inf  # the reference never skipped
+    if steps:
+        assert skipped  # and the budget under test did, after each step's first call
+
+
 # -- concurrency ---------------------------------------------------------------------------
 
 
@@ -530,6 +634,38 @@ def test_16_threads_share_the_floor_exactly(virtual_clock: VirtualClock) -> None
     for thread in threads:
         thread.join()
     assert sum(granted) == 100
+
+
+def test_16_threads_keep_exact_counts_while_the_clock_crosses_slices() -> None:
+    # One deposit affords one retry, over an hour: each thread's retry follows its own
+    # deposit, so every one is granted however the threads interleave, while one thread
+    # moves the clock by 50 minutes, across 8 or 9 slices of 6 minutes (of the 10 counted).
+    budget = RetryBudget(ratio=1, min_per_second=0, ttl=3600)
+    granted = [0] * 16
+    start = threading.Barrier(16)
+    with hand_clock() as clock:
+        first = clock.now
+        budget.deposit()  # the window starts at the first instant
+
+        def work(i: int) -> None:
+            start.wait()
+            for n in range(1, 1001):
+                budget.deposit()
+                granted[i] += budget.try_withdraw()
+                if i == 0 and n % 50 == 0:
+                    clock.advance(150)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert clock.now - first == 3000
+        assert budget.terms.slice_of(clock.now) - budget.terms.slice_of(first) in (8, 9)
+        assert sum(granted) == 16_000
+        assert budget.balance == 1  # the first deposit's retry, never withdrawn
+        clock.advance(3600)
+        assert budget.balance == 0
 
 
 async def test_16_tasks_never_get_more_than_the_budget(virtual_clock: VirtualClock) -> None:
@@ -731,3 +867,51 @@ def test_terms_are_integers_in_one_unit() -> None:
     assert third.slice_of(0.9) == 3
     assert third.slice_of(0.899999) == 2
     assert timedelta(seconds=float(third.ttl)) == timedelta(seconds=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ratio=st.sampled_from(["0", "0.1", "0.2", "0.25", "1", "1.5", "1e-6"]),
+    floor=st.sampled_from(["0", "0.3", "1", "10", "0.07"]),
+    ttl=st.sampled_from(["1", "2.5", "10", "7.3"]),
+    deposits=st.integers(0, 10**6),
+    withdrawals=st.integers(0, 10**6),
+)
+def test_grants_is_the_rule_and_affordable_counts_what_it_grants(
+    ratio: str, floor: str, ttl: str, deposits: int, withdrawals: int
+) -> None:
+    terms = budget_terms(float(ratio), Decimal(floor), Fraction(ttl))
+    rule = withdrawals <= Fraction(ratio) * deposits + Fraction(floor) * Fraction(ttl)
+    assert terms.grants(deposits, withdrawals) is rule
+    more = terms.affordable(deposits, withdrawals)
+    assert more >= 0
+    assert not terms.grants(deposits, withdrawals + more + 1)
+    if more:
+        assert terms.grants(deposits, withdrawals + more)
+
+
+def test_grants_on_the_issues_figures() -> None:
+    terms = budget_terms(0.2, 0, 10)
+    assert [w for w in range(30) if terms.grants(100, w)] == list(range(21))
+    floor = budget_terms(0, 10, 10)
+    assert [w for w in range(110) if floor.grants(0, w)] == list(range(101))
+
+
+def test_try_withdraw_decides_by_the_terms_rule_alone(
+    monkeypatch: pytest.MonkeyPatch, virtual_clock: VirtualClock
+) -> None:
+    asked: list[tuple[int, int]] = []
+    answers = iter([True, False, True, True])
+
+    def rule(self: BudgetTerms, deposits: int, withdrawals: int) -> bool:
+        asked.append((deposits, withdrawals))
+        return next(answers)
+
+    monkeypatch.setattr(BudgetTerms, "grants", rule)
+    budget = RetryBudget(ratio=0, min_per_second=0)  # affords nothing by its own figures
+    deposits(budget, 2)
+    assert grants(budget, 3) == 2
+    assert asked == [(2, 1), (2, 2), (2, 2)]
+    virtual_clock.advance(10)  # the window empties: the rule is asked about the new counts
+    assert budget.try_withdraw() is True
+    assert asked[-1] == (0, 1)
