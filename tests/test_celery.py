@@ -660,6 +660,11 @@ class Output:
                 self.seen = True
                 self.done.set()
         self.done.set()
+        stream.close()  # the process has exited: its pipe is at its end
+
+    def join(self) -> None:
+        """Once the process has exited: wait until its output is drained and closed."""
+        self._thread.join(WAIT)
 
     def wait(self, what: str, timeout: float = WAIT) -> None:
         """Block until the marker line shows up; fail with the output if it never does."""
@@ -763,6 +768,7 @@ def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worke
     finally:
         for worker in workers:
             _stop(worker.proc)
+            worker.output.join()
 
 
 def _names() -> tuple[str, str]:
