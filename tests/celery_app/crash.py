@@ -82,6 +82,7 @@ class _Output:
             if self.marker in line:
                 self.ready.set()
         self.ready.set()
+        stream.close()  # the worker has exited: its pipe is at its end
 
 
 class Fleet:
