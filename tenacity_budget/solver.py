@@ -32,10 +32,10 @@ the answer, does it sum float delays exactly (as integers in units of ``2**-1074
 then the largest first: the exact sum of the top delays plus the much narrower bracket of
 the prefix before them narrows until the answer is certain. That takes a few dozen delays
 for a factor like 2, and up to all of them when the delays are nearly equal (a factor
-near 1): about one float power per delay summed. A decision that would need more than
-``_MAX_EXACT_TERMS`` (``2**20``) delays summed raises ``ValueError`` naming the budget
-instead of running for minutes (or, at ``10**17`` delays, for years); no input returns an
-inexact count.
+near 1): about one float power per delay summed. A call whose decisions would need more
+than ``_MAX_EXACT_TERMS`` (``2**14``) delays summed in all raises ``ValueError`` naming the
+budget instead of running for seconds (or, at ``10**17`` delays, for years); no input
+returns an inexact count.
 
 **What it assumes of the platform.** The C library's ``pow``, ``log1p``, ``expm1``,
 ``exp`` and ``log`` are within two ulps (``_LIB``; glibc documents well under one), and
@@ -52,7 +52,7 @@ import sys
 from collections.abc import Callable, Iterator
 from itertools import chain
 from operator import index, neg
-from typing import SupportsIndex, TypeVar, cast
+from typing import NoReturn, SupportsIndex, TypeVar, cast
 
 __all__ = [
     "add_compensated",
@@ -101,8 +101,10 @@ _FLOAT_INTS = 2.0**50  # below this a float quotient's floor is decided in float
 
 # -- exact sums --------------------------------------------------------------------------
 # Sums of float delays are taken exactly, as integers in units of 2**-1074 (every float is a
-# whole number of them), up to this many delays per decision.
-_MAX_EXACT_TERMS = 2**20
+# whole number of them), up to this many delays in all per solver call (over every count it
+# must decide exactly): about 3 ms of float powers, so constructing any policy that is
+# accepted stays well under 10 ms (measured by ``python -m benchmarks.solver``).
+_MAX_EXACT_TERMS = 2**14
 _FIRST_WINDOW = 48
 _CHUNK = 4096
 _UNITS = 1074
@@ -488,10 +490,12 @@ class _Problem:
         "eb",
         "factor",
         "k",
+        "known",
         "lam",
         "log_budget",
         "mb",
         "r",
+        "summed",
         "t_ratio",
     )
 
@@ -513,6 +517,8 @@ class _Problem:
         self.k = k
         self.lam = lam
         self.r = factor - 1.0
+        self.summed = 0  # delays summed exactly so far, over every decision of this call
+        self.known: dict[int, int] = {}  # S(n) in units, for every prefix summed whole
         # The budget as mb * 2**eb (mb in [0.5, 1)), to within beta (relative).
         if isinstance(budget, int):
             shift = max(0, budget.bit_length() - 64)
@@ -550,27 +556,57 @@ class _Problem:
 
         The bracket is the exact sum of the largest delays before ``n`` plus the closed-form
         bracket of the prefix before those; the exactly summed window grows fourfold per
-        round, down to the whole prefix (where the bracket is a point, and decides).
+        round, down to the whole prefix (where the bracket is a point, and decides). A whole
+        prefix summed once is kept: a later count near it is the kept sum plus (or less) the
+        delays between them, when that is no more work than the next round.
         """
         exact, start, size = 0, n, 0  # first the closed form alone, in exact arithmetic
         while True:
-            first = max(0, start - size, n - _MAX_EXACT_TERMS)
-            if first >= start and size:
-                budget = self.budget
-                shown = repr(budget) if isinstance(budget, float) else f"~2**{budget.bit_length()}"
-                raise ValueError(
-                    f"budget {shown} lies within float rounding ({_ETA:.1e} relative) of the "
-                    f"cost of some number of retries, and telling exactly which side of it "
-                    f"needs more than {_MAX_EXACT_TERMS} of the {n} delays before it summed; "
-                    "move the budget slightly or use a factor further from 1"
-                )
-            exact += _window(self.base, self.factor, first, start)
-            start = first
-            lo, hi = self.head_bounds_units(start)
-            verdict = decide(exact + lo, exact + hi)
+            point = self._from_known(n, (n - start) + size)
+            if point is not None:
+                lo = hi = point
+            else:
+                first = max(0, start - size, start - (_MAX_EXACT_TERMS - self.summed))
+                if first >= start and size:
+                    self._refuse(n)
+                exact += _window(self.base, self.factor, first, start)
+                self.summed += start - first
+                start = first
+                if not start:
+                    self.known[n] = exact
+                lo, hi = self.head_bounds_units(start)
+                lo, hi = exact + lo, exact + hi
+            verdict = decide(lo, hi)
             if verdict is not None:
                 return verdict
             size = size * 4 or _FIRST_WINDOW
+
+    def _from_known(self, n: int, within: int) -> int | None:
+        """``S(n)`` exactly from a kept prefix sum at most ``within`` delays away, or None."""
+        if not self.known:
+            return None
+        m = min(self.known, key=lambda m: abs(m - n))
+        distance = abs(m - n)
+        if distance > within or distance > _MAX_EXACT_TERMS - self.summed:
+            return None
+        self.summed += distance
+        if m <= n:
+            total = self.known[m] + _window(self.base, self.factor, m, n)
+        else:
+            total = self.known[m] - _window(self.base, self.factor, n, m)
+        self.known[n] = total
+        return total
+
+    def _refuse(self, n: int) -> NoReturn:
+        budget = self.budget
+        shown = repr(budget) if isinstance(budget, float) else f"~2**{budget.bit_length()}"
+        raise ValueError(
+            f"budget {shown} lies within float rounding ({_ETA:.1e} relative) of the cost of "
+            f"some number of retries, and telling exactly which side of it needs more than "
+            f"{_MAX_EXACT_TERMS} of the {n} delays before it summed (the solver's line, which "
+            "keeps constructing a policy under 10 ms); move the budget slightly or use a "
+            "factor further from 1"
+        )
 
     def budget_units(self) -> int:
         b = self.budget
@@ -730,7 +766,7 @@ def compute_max_attempts(
     Constant time whatever ``n`` is: the geometric part is inverted with a logarithm, the
     capped part with one exact integer division. Only a budget within about ``3.6e-15``
     (relative) of a partial sum makes it sum float delays, the largest first, until the
-    answer is certain: usually a few dozen, never more than ``2**20``.
+    answer is certain: usually a few dozen, never more than ``2**14`` in all.
 
     Example:
         >>> compute_max_attempts(300, base=1, factor=2, cap=60)
@@ -741,7 +777,7 @@ def compute_max_attempts(
     Raises:
         ValueError: naming the argument, for a non-finite budget, a non-finite or negative
             ``attempt_duration``, bad delay parameters (see :func:`backoff_delays`); or for
-            a budget so close to a partial sum of more than ``2**20`` delays below the cap
+            a budget so close to a partial sum of more than ``2**14`` delays below the cap
             that only summing them all could tell which side of it the budget lies on.
     """
     base, factor, cap = _params(base, factor, cap)
