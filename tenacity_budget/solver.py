@@ -52,7 +52,7 @@ import sys
 from collections.abc import Callable, Iterator
 from itertools import chain
 from operator import index, neg
-from typing import NoReturn, SupportsIndex, TypeVar, cast
+from typing import NamedTuple, NoReturn, SupportsIndex, TypeVar, cast
 
 __all__ = [
     "add_compensated",
@@ -169,13 +169,8 @@ def _params(base: object, factor: object, cap: object) -> tuple[float, float, fl
     """The delay parameters as floats, or a ``ValueError`` naming the first bad one."""
     if type(base) is float and type(factor) is float and type(cap) is float:
         b, f, c = base, factor, cap
-    elif type(base) in _PLAIN and type(factor) in _PLAIN and type(cap) in _PLAIN:
-        try:  # ints in the float range: one conversion each
-            b, f, c = float(base), float(factor), float(cap)  # type: ignore[arg-type]
-        except OverflowError:
-            b, f, c = _seconds("base", base), _seconds("factor", factor), _seconds("cap", cap)
     else:
-        b, f, c = _seconds("base", base), _seconds("factor", factor), _seconds("cap", cap)
+        b, f, c = _params_as_floats(base, factor, cap)
     if 0.0 < b < _INF and 1.0 < f < _INF and 0.0 < c < _INF:  # NaN fails every comparison
         return b, f, c
     b, f, c = _seconds("base", b), _seconds("factor", f), _seconds("cap", c)
@@ -184,6 +179,16 @@ def _params(base: object, factor: object, cap: object) -> tuple[float, float, fl
     if f <= 1:
         raise ValueError(f"factor must be > 1 (delays must grow), got {f!r}")
     raise ValueError(f"cap must be > 0 seconds, got {c!r}")
+
+
+def _params_as_floats(base: object, factor: object, cap: object) -> tuple[float, float, float]:
+    """The delay parameters converted to floats, or an error naming the first bad one."""
+    if type(base) in _PLAIN and type(factor) in _PLAIN and type(cap) in _PLAIN:
+        try:  # ints in the float range: one conversion each
+            return float(base), float(factor), float(cap)  # type: ignore[arg-type]
+        except OverflowError:
+            pass
+    return _seconds("base", base), _seconds("factor", factor), _seconds("cap", cap)
 
 
 def _duration(value: object) -> float:
@@ -477,8 +482,30 @@ def _tail_in_integers(
     return most if rest >= high - low else None
 
 
+class _Inputs(NamedTuple):
+    """One solver call's checked figures: the budget (exact), the delays, ``k`` and ``lam``."""
+
+    budget: float | int
+    base: float
+    factor: float
+    cap: float
+    duration: float
+    k: int  # the capped index
+    lam: float  # log(factor), as log1p(factor - 1)
+
+    def plain(self) -> bool:
+        """Whether every figure is a normal float (or 0): the plain float paths apply."""
+        duration = self.duration
+        return (
+            type(self.budget) is float
+            and self.budget < 2.0**1022
+            and self.base >= _MIN_NORMAL
+            and (not duration or duration >= _MIN_NORMAL)
+        )
+
+
 class _Problem:
-    """One solver call's figures, for the paths past the common one (built only then)."""
+    """The exact search of one solver call, for the paths past the common one (built only then)."""
 
     __slots__ = (
         "base",
@@ -499,16 +526,8 @@ class _Problem:
         "t_ratio",
     )
 
-    def __init__(
-        self,
-        budget: float | int,
-        base: float,
-        factor: float,
-        cap: float,
-        duration: float,
-        k: int,
-        lam: float,
-    ) -> None:
+    def __init__(self, inputs: _Inputs) -> None:
+        budget, base, factor, cap, duration, k, lam = inputs
         self.budget = budget
         self.base = base
         self.factor = factor
@@ -518,7 +537,8 @@ class _Problem:
         self.lam = lam
         self.r = factor - 1.0
         self.summed = 0  # delays summed exactly so far, over every decision of this call
-        self.known: dict[int, int] = {}  # S(n) in units, for every prefix summed whole
+        # n: (start, the exact sum of delays start .. n - 1 in units), per count decided
+        self.known: dict[int, tuple[int, int]] = {}
         # The budget as mb * 2**eb (mb in [0.5, 1)), to within beta (relative).
         if isinstance(budget, int):
             shift = max(0, budget.bit_length() - 64)
@@ -556,46 +576,43 @@ class _Problem:
 
         The bracket is the exact sum of the largest delays before ``n`` plus the closed-form
         bracket of the prefix before those; the exactly summed window grows fourfold per
-        round, down to the whole prefix (where the bracket is a point, and decides). A whole
-        prefix summed once is kept: a later count near it is the kept sum plus (or less) the
-        delays between them, when that is no more work than the next round.
+        round, down to the whole prefix (where the bracket is a point, and decides). The
+        window each count ends with is kept: a later count near one decided before starts
+        from that window, moved to it (the delays between the two added or taken off).
         """
-        exact, start, size = 0, n, 0  # first the closed form alone, in exact arithmetic
+        start, exact = self._resume(n)  # (n, 0): first the closed form alone
         while True:
-            point = self._from_known(n, (n - start) + size)
-            if point is not None:
-                lo = hi = point
-            else:
-                first = max(0, start - size, start - (_MAX_EXACT_TERMS - self.summed))
-                if first >= start and size:
-                    self._refuse(n)
-                exact += _window(self.base, self.factor, first, start)
-                self.summed += start - first
-                start = first
-                if not start:
-                    self.known[n] = exact
-                lo, hi = self.head_bounds_units(start)
-                lo, hi = exact + lo, exact + hi
-            verdict = decide(lo, hi)
+            lo, hi = self.head_bounds_units(start)
+            verdict = decide(exact + lo, exact + hi)
             if verdict is not None:
+                if start < n:
+                    self.known[n] = (start, exact)
                 return verdict
-            size = size * 4 or _FIRST_WINDOW
+            size = max(_FIRST_WINDOW, 3 * (n - start))
+            first = max(0, start - size, start - (_MAX_EXACT_TERMS - self.summed))
+            if first >= start:
+                self._refuse(n)
+            exact += _window(self.base, self.factor, first, start)
+            self.summed += start - first
+            start = first
 
-    def _from_known(self, n: int, within: int) -> int | None:
-        """``S(n)`` exactly from a kept prefix sum at most ``within`` delays away, or None."""
-        if not self.known:
-            return None
-        m = min(self.known, key=lambda m: abs(m - n))
-        distance = abs(m - n)
-        if distance > within or distance > _MAX_EXACT_TERMS - self.summed:
-            return None
+    def _resume(self, n: int) -> tuple[int, int]:
+        """``(start, exact sum of delays start .. n - 1)`` from a kept window near ``n``.
+
+        A window kept for ``m`` serves when ``n`` is within it and closer to ``m`` than the
+        window is deep (moving it is less work than ``m`` took); else ``(n, 0)``.
+        """
+        best, distance = None, n
+        for m, (start, _) in self.known.items():
+            if start <= n and abs(m - n) < min(distance, m - start):
+                best, distance = m, abs(m - n)
+        if best is None or distance > _MAX_EXACT_TERMS - self.summed:
+            return n, 0
+        start, exact = self.known[best]
         self.summed += distance
-        if m <= n:
-            total = self.known[m] + _window(self.base, self.factor, m, n)
-        else:
-            total = self.known[m] - _window(self.base, self.factor, n, m)
-        self.known[n] = total
-        return total
+        if best <= n:
+            return start, exact + _window(self.base, self.factor, best, n)
+        return start, exact - _window(self.base, self.factor, n, best)
 
     def _refuse(self, n: int) -> NoReturn:
         budget = self.budget
@@ -704,32 +721,16 @@ class _Problem:
         closed-form bracket, or exactly where that cannot tell.
         """
         lo, hi = 0, self.k  # fits at lo, does not at hi
-        if start is None:
-            guess = self.estimate()
-            n = min(hi - 1, math.floor(guess)) if guess < hi else hi - 1
-        else:
-            n = min(hi - 1, start)
+        n = self._first_count(start)
         if n > lo:
             if self.fits(n):
                 lo = n
             else:
                 hi = n
-        step = 1
         if lo == n or n <= 0:
-            while lo + step < hi:  # gallop up from the last count that fits
-                if self.fits(lo + step):
-                    lo += step
-                    step *= 2
-                else:
-                    hi = lo + step
-                    break
+            lo, hi = self._gallop_up(lo, hi)
         else:
-            while hi - step > lo:  # gallop down from the first count that does not
-                if self.fits(hi - step):
-                    lo = hi - step
-                    break
-                hi -= step
-                step *= 2
+            lo, hi = self._gallop_down(lo, hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.fits(mid):
@@ -737,6 +738,33 @@ class _Problem:
             else:
                 hi = mid
         return lo
+
+    def _first_count(self, start: int | None) -> int:
+        """The count to decide first: ``start``, else the estimate, below ``k``."""
+        if start is not None:
+            return min(self.k - 1, start)
+        guess = self.estimate()
+        return min(self.k - 1, math.floor(guess)) if guess < self.k else self.k - 1
+
+    def _gallop_up(self, lo: int, hi: int) -> tuple[int, int]:
+        """From ``lo`` that fits, steps doubling, to the first step that does not."""
+        step = 1
+        while lo + step < hi:
+            if not self.fits(lo + step):
+                return lo, lo + step
+            lo += step
+            step *= 2
+        return lo, hi
+
+    def _gallop_down(self, lo: int, hi: int) -> tuple[int, int]:
+        """From ``hi`` that does not fit, steps doubling, to the first step that does."""
+        step = 1
+        while hi - step > lo:
+            if self.fits(hi - step):
+                return hi - step, hi
+            hi -= step
+            step *= 2
+        return lo, hi
 
 
 # -- the solver --------------------------------------------------------------------------
@@ -790,9 +818,36 @@ def compute_max_attempts(
         tail = _tail_in_integers(limit, cap, duration, 0, 0, 0, 0)
         assert tail is not None
         return tail
+    k, power, last = _capped_index_checked(base, factor, cap, lam)
+    inputs = _Inputs(limit, base, factor, cap, duration, k, lam)
+    if inputs.plain():
+        early = _well_before_the_cap(inputs, power)
+        if early is not None:
+            return early
+    return _from_the_head(inputs, power, last)
 
-    # k, the capped index: estimated from logarithms, checked on the float delays (d(k - 1)
-    # below the cap, d(k) not); a miss (factor within ~1e-12 of 1) searches.
+
+def _from_the_head(inputs: _Inputs, power: float, last: float) -> int:
+    """The answer from the bracket of ``S(k)``: the capped tail counted, or below the cap."""
+    head, eta, exact_head = _head_bracket(inputs, power, last)
+    if type(inputs.budget) is float:
+        if head < _INF:
+            answer = _tail_in_floats(inputs, head, eta)
+            if answer is not None:
+                return answer
+        elif exact_head is not None and exact_head[1] > 1025:
+            return _below_cap(inputs)  # S(k) >= 2**1024
+    return _tail_exactly(inputs, head, eta, exact_head)
+
+
+def _capped_index_checked(
+    base: float, factor: float, cap: float, lam: float
+) -> tuple[int, float, float]:
+    """``k``, ``factor**(k - 1)`` and the last delay below the cap, ``d(k - 1)``.
+
+    ``k`` is estimated from logarithms and checked on the float delays (``d(k - 1)`` below
+    the cap, ``d(k)`` not); a miss (a factor within ~1e-12 of 1) searches.
+    """
     span = math.log(cap) - math.log(base)
     k = math.ceil((span if span < _LOG_MAX else _LOG_MAX) / lam)
     try:
@@ -808,116 +863,126 @@ def compute_max_attempts(
         k = _capped_index(base, factor, cap, lam)
         power = factor ** (k - 1)
         last = base * power
+    return k, power, last
 
-    plain = (  # every figure below is a normal float (or 0): the plain float paths apply
-        type(limit) is float
-        and limit < 2.0**1022
-        and base >= _MIN_NORMAL
-        and (not duration or duration >= _MIN_NORMAL)
-    )
+
+def _well_before_the_cap(inputs: _Inputs, power: float) -> int | None:
+    """The answer when the budget runs out well before the cap (plain floats), else None.
+
+    Ignoring the attempts' time, the budget runs out at the real ``t`` with ``G(t) = budget
+    - duration``, an upper bound of the answer. Well before the cap (``G(t) < G(k - 1)``,
+    i.e. ``room < factor**(k - 1) - 1``, with a margin far past rounding) the answer is
+    below it: the counts around ``t`` decide, the cap unseen.
+    """
+    limit, base, factor, _, duration, k, _ = inputs
+    assert type(limit) is float
     r = factor - 1.0
-    if plain:
-        # Ignoring the attempts' time, the budget runs out at the real t with G(t) = budget -
-        # duration, an upper bound of the answer. Well before the cap (G(t) < G(k - 1), i.e.
-        # room < factor**(k - 1) - 1, with a margin far past rounding) the answer is below
-        # it: the counts around t decide, the cap unseen.
-        room = (limit - duration) * r / base
-        if room < _INF:
-            early = room < (power - 1.0) * 0.999999
-        else:  # the same comparison in logarithms
-            early = (
-                power > 1.0
-                and math.log(limit - duration) + math.log(r) - math.log(base)
-                < math.log(power - 1.0) - 1e-6
-            )
-        # (n + 1) * duration <= budget bounds the answer too
-        early = early or (duration > 0.0 and limit / duration < (k - 1) * (1.0 - 1e-9))
-        if early:
-            below, hint = _below_cap_in_floats(limit, base, factor, duration, k, lam, room)
-            if below is not None:
-                return below
-            return _settle_hint(_Problem(limit, base, factor, cap, duration, k, lam), hint)
+    room = (limit - duration) * r / base
+    if room < _INF:
+        early = room < (power - 1.0) * 0.999999
+    else:  # the same comparison in logarithms
+        early = (
+            power > 1.0
+            and math.log(limit - duration) + math.log(r) - math.log(base)
+            < math.log(power - 1.0) - 1e-6
+        )
+    # (n + 1) * duration <= budget bounds the answer too
+    early = early or (duration > 0.0 and limit / duration < (k - 1) * (1.0 - 1e-9))
+    if not early:
+        return None
+    below, hint = _below_cap_in_floats(inputs, room)
+    if below is not None:
+        return below
+    return _settle_hint(_Problem(inputs), hint)
 
-    # S(k) = G(k - 1) + d(k - 1), bracketed: within eta (relative) of head.
+
+def _head_bracket(
+    inputs: _Inputs, power: float, last: float
+) -> tuple[float, float, tuple[float, int, float] | None]:
+    """``S(k) = G(k - 1) + d(k - 1)`` as ``(head, eta, exact_head)``.
+
+    ``S(k)`` is within ``eta`` (relative) of the float ``head``; out of the plain float range
+    (a subnormal ``base``, or ``head`` past ``2**1020``) it is rebuilt as ``exact_head``,
+    ``(m, e, eta)`` of :func:`_head_at_cap`, and ``head`` is its float (``inf`` past range).
+    """
+    _, base, factor, _, _, k, lam = inputs
     eta = 0.0
     if k == 1:
         head = last  # one float delay: exact
     else:
         x = (k - 1) * lam
+        r = factor - 1.0
         # The same two roundings as _geometric; base * (power - 1) < d(k - 1) is in range.
         g = base * (power - 1.0) / r if x > _LN2 else base * (math.expm1(x) / r)
         head = g + last
         eta = (_ETA if k <= _EXACT_INDEX else _eta(k - 1, lam)) + _U
-    subnormal = base < _MIN_NORMAL
     exact_head = None
-    if subnormal or not head < 2.0**1020:  # out of the plain float range: rebuild exactly
+    if base < _MIN_NORMAL or not head < 2.0**1020:  # out of the float range: rebuild exactly
         exact_head = _head_at_cap(k, base, factor, lam)
         head = math.ldexp(exact_head[0], exact_head[1]) if exact_head[1] <= 1020 else _INF
+    return head, eta, exact_head
 
-    if type(limit) is float and head < _INF:
-        # The capped tail in floats, every rounding bounded: |room - exact room| <= err
-        # (the bracket of S(k); the product, k + 1 past 2**53, both subtractions and the
-        # ends below; underflow). Decides unless the budget is within err of a boundary.
-        fixed = (k + 1) * duration
-        room = limit - head - fixed
-        err = eta * head + 4 * _U * (limit + head + fixed) + 2 * _U * fixed + 8 * _TINY
-        if subnormal:
-            err += k * _TINY  # each subnormal delay rounds by up to half of it
-        if room + err < 0:
-            return _below_cap(limit, base, factor, cap, duration, k, lam)
-        if room - err >= 0:
-            per = cap + duration
-            q_lo = (room - err) / per * (1 - 3 * _U)
-            q_hi = (room + err) / per * (1 + 3 * _U)
-            if q_hi < _FLOAT_INTS:
-                whole = math.floor(q_lo)
-                if whole == math.floor(q_hi):
-                    return k + whole
-    elif type(limit) is float and exact_head is not None and exact_head[1] > 1025:
-        return _below_cap(limit, base, factor, cap, duration, k, lam)  # S(k) >= 2**1024
 
+def _tail_in_floats(inputs: _Inputs, head: float, eta: float) -> int | None:
+    """The answer from the capped tail counted in floats, or None when that cannot decide.
+
+    Every rounding bounded: ``|room - exact room| <= err`` (the bracket of ``S(k)``; the
+    product, ``k + 1`` past ``2**53``, both subtractions and the ends below; underflow).
+    Decides unless the budget is within ``err`` of a boundary.
+    """
+    limit, base, _, cap, duration, k, _ = inputs
+    assert type(limit) is float
+    fixed = (k + 1) * duration
+    room = limit - head - fixed
+    err = eta * head + 4 * _U * (limit + head + fixed) + 2 * _U * fixed + 8 * _TINY
+    if base < _MIN_NORMAL:
+        err += k * _TINY  # each subnormal delay rounds by up to half of it
+    if room + err < 0:
+        return _below_cap(inputs)
+    if room - err < 0:
+        return None
+    per = cap + duration
+    q_lo = (room - err) / per * (1 - 3 * _U)
+    q_hi = (room + err) / per * (1 + 3 * _U)
+    if q_hi < _FLOAT_INTS:
+        whole = math.floor(q_lo)
+        if whole == math.floor(q_hi):
+            return k + whole
+    return None
+
+
+def _tail_exactly(
+    inputs: _Inputs, head: float, eta: float, exact_head: tuple[float, int, float] | None
+) -> int:
+    """The answer from the bracket of ``S(k)`` in exact integers, summing delays if need be."""
+    k = inputs.k
     m, e, eta = exact_head if exact_head is not None else (*math.frexp(head), eta)
     # The same bracket of S(k) in exact integers: decides unless within it of a boundary.
     low, high = int(math.ldexp(m * (1.0 - eta), 60)), int(math.ldexp(m * (1.0 + eta), 60)) + 1
     exp = e - 60
-    if subnormal:  # and k half units (2**-1075) either way
+    if inputs.base < _MIN_NORMAL:  # and k half units (2**-1075) either way
         if exp > -1075:
             low, high, exp = low << (exp + 1075), high << (exp + 1075), -1075
         low, high = low - (k << (-1075 - exp)), high + (k << (-1075 - exp))
-    tail = _tail_in_integers(limit, cap, duration, k, low, high, exp)
-    problem = None
-    if tail is None:  # the budget is within float error of a boundary: sum delays exactly
-        problem = _Problem(limit, base, factor, cap, duration, k, lam)
-        tail = problem.tail_exactly()
-    if tail >= 0:
-        return k + tail
-    if problem is not None:
-        return problem.uncapped()
-    return _below_cap(limit, base, factor, cap, duration, k, lam)
+    tail = _tail_in_integers(inputs.budget, inputs.cap, inputs.duration, k, low, high, exp)
+    if tail is not None:
+        return k + tail if tail >= 0 else _below_cap(inputs)
+    # the budget is within float error of a boundary: sum delays exactly
+    problem = _Problem(inputs)
+    tail = problem.tail_exactly()
+    return k + tail if tail >= 0 else problem.uncapped()
 
 
-def _below_cap(
-    budget: float | int,
-    base: float,
-    factor: float,
-    cap: float,
-    duration: float,
-    k: int,
-    lam: float,
-) -> int:
+def _below_cap(inputs: _Inputs) -> int:
     """The answer when it is below the capped index ``k`` (``C(k) > budget`` is known)."""
-    if (
-        type(budget) is float
-        and budget < 2.0**1022
-        and base >= _MIN_NORMAL
-        and (not duration or duration >= _MIN_NORMAL)
-    ):
+    if inputs.plain():
+        budget, base, factor, _, duration, _, _ = inputs
         room = (budget - duration) * (factor - 1.0) / base
-        found, hint = _below_cap_in_floats(budget, base, factor, duration, k, lam, room)
+        found, hint = _below_cap_in_floats(inputs, room)
         if found is not None:
             return found
-        return _settle_hint(_Problem(budget, base, factor, cap, duration, k, lam), hint)
-    return _Problem(budget, base, factor, cap, duration, k, lam).uncapped()
+        return _settle_hint(_Problem(inputs), hint)
+    return _Problem(inputs).uncapped()
 
 
 def _settle_hint(problem: _Problem, hint: int | None) -> int:
@@ -928,77 +993,94 @@ def _settle_hint(problem: _Problem, hint: int | None) -> int:
     return problem.uncapped(hint)
 
 
-def _below_cap_in_floats(
-    budget: float, base: float, factor: float, duration: float, k: int, lam: float, room: float
-) -> tuple[int | None, int | None]:
+def _below_cap_in_floats(inputs: _Inputs, room: float) -> tuple[int | None, int | None]:
     """The common case of :meth:`_Problem.uncapped` in plain floats, or ``None``.
 
-    For a float budget below ``2**1022``, a normal ``base`` and an attempt duration of 0 or
-    normal (the caller checks), ``room = (budget - duration) * (factor - 1) / base``: the
-    real root of ``G(t) + (t + 1) * duration = budget``, then the two counts around it
-    bracketed as :meth:`_Problem.probe` does, without its overflow-proof ratios. Returns
-    ``(answer, hint)``; the answer is ``None`` when the bracket cannot decide, and then a
-    hint ``h >= 0`` is a count to start searching from, a hint ``h < 0`` says the answer is
-    ``-h - 1`` if that many retries fit exactly, else one fewer (see :func:`_settle_hint`).
+    For plain inputs (:meth:`_Inputs.plain`; the caller checks), ``room = (budget -
+    duration) * (factor - 1) / base``: the real root of ``G(t) + (t + 1) * duration =
+    budget``, then the two counts around it bracketed as :meth:`_Problem.probe` does,
+    without its overflow-proof ratios. Returns ``(answer, hint)``; the answer is ``None``
+    when the bracket cannot decide, and then a hint ``h >= 0`` is a count to start
+    searching from, a hint ``h < 0`` says the answer is ``-h - 1`` if that many retries fit
+    exactly, else one fewer (see :func:`_settle_hint`).
     """
+    k = inputs.k
+    t = _root_in_floats(inputs, room)
+    if t is None:
+        return None, None
+    n = min(k - 1, math.floor(t)) if t < k else k - 1
+    if n < 0:
+        return None, None
+    here = _verdict_in_floats(inputs, n)
+    if here < 0:  # the float root a hair past a whole number: one step back
+        n -= 1
+        here = _verdict_in_floats(inputs, n)
+    return _around(inputs, n, here, _verdict_in_floats(inputs, n + 1))
+
+
+def _around(inputs: _Inputs, n: int, here: int, after: int) -> tuple[int | None, int | None]:
+    """``(answer, hint)`` of :func:`_below_cap_in_floats` from the verdicts at ``n, n + 1``."""
+    if here > 0 and after < 0:
+        return n, None
+    # One count the bracket cannot tell, between one that surely fits and one that surely
+    # does not: only that count needs deciding exactly.
+    if here > 0 and after == 0 and _verdict_in_floats(inputs, n + 2) < 0:
+        return None, -(n + 1) - 1
+    if here == 0 and after < 0 and _verdict_in_floats(inputs, n - 1) > 0:
+        return None, -n - 1
+    return None, max(n, 0)
+
+
+def _root_in_floats(inputs: _Inputs, room: float) -> float | None:
+    """The real root ``t`` of ``G(t) + (t + 1) * duration = budget``, or None (no float)."""
+    budget, base, factor, _, duration, _, lam = inputs
+    assert type(budget) is float
     r = factor - 1.0
     if room < 2.0**1000:  # the root ignoring the attempts' time, an upper bound
         t = math.log1p(room) / lam
     else:  # log1p(room) == log(room) to far below an ulp (room may be inf: use logs)
         t = (math.log(budget - duration) + math.log(r) - math.log(base)) / lam
-    if duration:
-        t = min(t, budget / duration - 1.0)
-        # convex and increasing: Newton from the right walks down to the root
-        for _ in range(64):
-            x = t * lam
-            if not 0.0 < x < 700.0:
-                return None, None
-            growth = math.expm1(x)
-            h = base * growth / r + (t + 1.0) * duration - budget
-            if h <= 0.0:
-                break
-            step = h / (base * (growth + 1.0) * lam / r + duration)
-            t -= step
-            if step < 0.25:
-                break
-    n = min(k - 1, math.floor(t)) if t < k else k - 1
-    if n < 0:
-        return None, None
+    if not duration:
+        return t
+    t = min(t, budget / duration - 1.0)
+    # convex and increasing: Newton from the right walks down to the root
+    for _ in range(64):
+        x = t * lam
+        if not 0.0 < x < 700.0:
+            return None
+        growth = math.expm1(x)
+        h = base * growth / r + (t + 1.0) * duration - budget
+        if h <= 0.0:
+            break
+        step = h / (base * (growth + 1.0) * lam / r + duration)
+        t -= step
+        if step < 0.25:
+            break
+    return t
 
-    def verdict(n: int) -> int:  # 1: C(n) fits surely, -1: surely not, 0: cannot tell
-        if n == 0:
-            return 1  # duration <= budget was checked
-        if n >= k:
-            return -1
-        if n >= _EXACT_INDEX:
-            return 0
-        x = n * lam  # G(n) with the roundings _geometric has (n < k: factor**n is in range)
-        g = base * (math.expm1(x) / r) if x <= _LN2 else base * (factor**n - 1.0) / r
-        if g > 2.0**1022:  # past any budget this path takes
-            return -1
-        fixed = (n + 1) * duration
-        cost = g + fixed
-        err = _ETA * g + 4 * _U * (fixed + cost)  # n < 2**53; all normal floats
-        if cost + err <= budget:
-            return 1
-        if cost - err > budget:
-            return -1
+
+def _verdict_in_floats(inputs: _Inputs, n: int) -> int:
+    """1: ``C(n)`` fits surely, -1: surely not, 0: the float bracket cannot tell."""
+    budget, base, factor, _, duration, k, lam = inputs
+    if n == 0:
+        return 1  # duration <= budget was checked
+    if n >= k:
+        return -1
+    if n >= _EXACT_INDEX:
         return 0
-
-    here = verdict(n)
-    if here < 0:  # the float root a hair past a whole number: one step back
-        n -= 1
-        here = verdict(n)
-    after = verdict(n + 1)
-    if here > 0 and after < 0:
-        return n, None
-    # One count the bracket cannot tell, between one that surely fits and one that surely
-    # does not: only that count needs deciding exactly.
-    if here > 0 and after == 0 and verdict(n + 2) < 0:
-        return None, -(n + 1) - 1
-    if here == 0 and after < 0 and verdict(n - 1) > 0:
-        return None, -n - 1
-    return None, max(n, 0)
+    r = factor - 1.0
+    x = n * lam  # G(n) with the roundings _geometric has (n < k: factor**n is in range)
+    g = base * (math.expm1(x) / r) if x <= _LN2 else base * (factor**n - 1.0) / r
+    if g > 2.0**1022:  # past any budget this path takes
+        return -1
+    fixed = (n + 1) * duration
+    cost = g + fixed
+    err = _ETA * g + 4 * _U * (fixed + cost)  # n < 2**53; all normal floats
+    if cost + err <= budget:
+        return 1
+    if cost - err > budget:
+        return -1
+    return 0
 
 
 # Up to this many delays below the cap, total_delay sums them exactly (correctly rounded).
