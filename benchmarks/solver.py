@@ -248,6 +248,16 @@ CONSTRUCTION_CASES: tuple[tuple[str, dict[str, float]], ...] = (
         {"max_elapsed": 1.5e-320, "base": 5e-324, "factor": 1.0 + 2.0**-40, "cap": 1e-320},
     ),
     (
+        "5013 subnormal delays and attempt_duration, factor 1.0001, decided 14 times",
+        {
+            "max_elapsed": 7.905e-320,
+            "base": 5e-324,
+            "factor": 1.0001,
+            "cap": 5e-323,
+            "attempt_duration": 1e-323,
+        },
+    ),
+    (
         "past the line: 202402 subnormal delays, factor 1 + 2**-40 (refused)",
         {"max_elapsed": 1e-318, "base": 5e-324, "factor": 1.0 + 2.0**-40, "cap": 1e-320},
     ),
@@ -270,6 +280,14 @@ def construction_cases() -> list[tuple[str, dict[str, float]]]:
             kwargs = {"max_elapsed": budget, "base": base, "factor": factor, "cap": 1e4}
             out.append((f"{n} delays, factor 1 + 2**-40, one ulp {side}", kwargs))
     return out
+
+
+_COSTLIEST_SUMS: tuple[tuple[str, tuple[float, float]], ...] = (
+    ("base 1, factor 1 + 2**-40", (1.0, 1.0 + 2.0**-40)),
+    ("base 1e306, factor 1 + 2**-40 (sums past the float range)", (1e306, 1.0 + 2.0**-40)),
+    ("base 5e-324, factor 1.04 (subnormal to 1e-45)", (5e-324, 1.04)),
+    ("base 1e-300, factor 1.02", (1e-300, 1.02)),
+)
 
 
 def _construct(kwargs: dict[str, float]) -> int | str:
@@ -298,10 +316,17 @@ def run_construction(*, repeat: int) -> dict[str, Any]:
                 **timing.as_dict(),
             }
         )
+    # The line itself: 2**14 delays summed exactly, of the costliest kinds found.
+    sums = interleaved(
+        {label: partial(_window, *args, 0, 2**14) for label, args in _COSTLIEST_SUMS},
+        repeat=max(3, repeat // 4),
+    )
+    line = [{"delays": label, **sums[label].as_dict()} for label, _ in _COSTLIEST_SUMS]
     accepted = [row for row in rows if row["outcome"] != "refused"]
     slowest = max(accepted, key=lambda row: row["min_ns"])
     return {
         "rows": rows,
+        "line": line,
         "slowest_accepted": {"case": slowest["case"], "min_ns": slowest["min_ns"]},
         "slowest_refused_ns": max(
             (row["min_ns"] for row in rows if row["outcome"] == "refused"), default=0.0
@@ -318,6 +343,10 @@ def _print_construction(result: dict[str, Any]) -> None:
         print(
             f"{fmt_ns(row['min_ns']):>10}  {fmt_ns(row['median_ns']):>10}  "
             f"{row['over_plain']:>7.1f}x  {row['outcome']!s:>8}  {row['case']}"
+        )
+    for row in result["line"]:
+        print(
+            f"{fmt_ns(row['min_ns']):>10}  the line: 2**14 delays summed exactly, {row['delays']}"
         )
     slowest = result["slowest_accepted"]
     print(
