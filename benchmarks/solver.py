@@ -45,7 +45,7 @@ from functools import partial
 from typing import Any
 
 from tenacity_budget import BackoffPolicy, compute_max_attempts
-from tenacity_budget.solver import _window
+from tenacity_budget.solver._exact import _window
 
 from ._common import Timing, command_line, fmt_ns, interleaved, paired_ratio, write_results
 
