@@ -361,6 +361,25 @@ def test_subnormal_base_with_a_factor_near_one_is_refused_past_the_line() -> Non
     assert policy.max_attempts() == expected
 
 
+@pytest.mark.parametrize(
+    ("budget", "base", "factor", "cap", "duration", "answer"),
+    [
+        # subnormal delays: every count near the answer is decided by summing all the delays
+        # before it, several times over; each decision within the line, all of them together
+        # within it only because a neighbouring count reuses the window summed before
+        (1.482e-320, TINY, 1.000001, 5e-323, 0.0, 3000),
+        (7.905e-320, TINY, 1.0001, 5e-323, 1e-323, 5013),
+        (4.051625e-318, 2.5e-322, 1.0000000000000284, 2.52e-321, 0.0, 16079),
+    ],
+)
+def test_many_exact_decisions_within_the_line_stay_exact(
+    budget: float, base: float, factor: float, cap: float, duration: float, answer: int
+) -> None:
+    expected = reference_max_attempts(budget, base, factor, cap, duration).answer
+    assert expected == answer
+    assert compute_max_attempts(budget, base, factor, cap, duration) == answer
+
+
 # -- the examples the earlier issues fixed -------------------------------------------------
 
 
