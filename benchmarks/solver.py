@@ -22,11 +22,16 @@ Then (issue 9) the calls that pin the solver's exactness, each timed on its own:
 * ``adversarial``: budgets one ulp either side of a partial sum of thousands of nearly
   equal delays below the cap (the solver's slow path: the cost is one float power per
   delay summed), up to the slowest input found: a budget one ulp from a partial sum of
-  ``2**20`` delays, the most the solver sums before it raises ``ValueError``.
+  ``2**14`` delays, the most the solver sums in one call before it raises ``ValueError``.
 
-Target (issue 9): every call well under 50 µs. Run::
+Target (issue 9): every call well under 50 µs.
 
-    python -m benchmarks.solver [--repeat 60] [--quick]
+Then (issue 16) ``construction``: ``BackoffPolicy(...)`` built whole (pydantic validation,
+the solver, the capped index) for the slowest accepted inputs found, for inputs past the
+line (timed to their refusal), and for a plain policy as the reference. Target: every
+construction the policy accepts under 10 ms (per-call minimum, thread CPU time). Run::
+
+    python -m benchmarks.solver [--repeat 60] [--quick] [--construction]
 """
 
 from __future__ import annotations
@@ -39,21 +44,24 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from tenacity_budget import compute_max_attempts
-from tenacity_budget.solver import _window
+from tenacity_budget import BackoffPolicy, compute_max_attempts
+from tenacity_budget.solver._exact import _window
 
 from ._common import Timing, command_line, fmt_ns, interleaved, paired_ratio, write_results
 
 __all__ = [
+    "CONSTRUCTION_CASES",
     "ISSUE_CASES",
     "PAIR",
     "RATIOS",
     "REGIMES",
     "Regime",
     "adversarial_cases",
+    "construction_cases",
     "main",
     "run",
     "run_cases",
+    "run_construction",
     "seed_compute_max_attempts",
     "seed_outcome",
 ]
@@ -150,7 +158,7 @@ def _cost_units(n: int, base: float, factor: float) -> int:
     return _window(base, factor, 0, n)
 
 
-def adversarial_cases(*, largest: int = 2**20) -> list[tuple[str, Call]]:
+def adversarial_cases(*, largest: int = 2**14) -> list[tuple[str, Call]]:
     """Budgets one ulp either side of the exact cost of ``n`` retries, all below the cap.
 
     The delays are nearly equal (a factor barely above 1), so no prefix can be bracketed
@@ -197,7 +205,7 @@ def run_cases(*, repeat: int, quick: bool = False) -> dict[str, Any]:
         rows.append({"call": repr(args), "answer": compute_max_attempts(*args), **timing.as_dict()})
     result["issue"] = rows
     rows = []
-    for label, args in adversarial_cases(largest=2**14 if quick else 2**20):
+    for label, args in adversarial_cases(largest=2**12 if quick else 2**14):
         slow = args[2] == 1.0 + 2.0**-40
         timing = _time_one(partial(compute_max_attempts, *args), 3 if slow else repeat)
         rows.append(
@@ -218,6 +226,134 @@ def run_cases(*, repeat: int, quick: bool = False) -> dict[str, Any]:
         "issue_over": [row["call"] for row in result["issue"] if row["min_ns"] >= 50_000],
     }
     return result
+
+
+CONSTRUCTION_CASES: tuple[tuple[str, dict[str, float]], ...] = (
+    ("plain: base 1, cap 60, max_elapsed 300 (the reference)", {"base": 1.0, "cap": 60.0}),
+    (
+        "16080 subnormal delays, factor 1 + 2**-45, decided twice (slowest found)",
+        {
+            "max_elapsed": 4.051625e-318,
+            "base": 2.5e-322,
+            "factor": 1.0000000000000284,
+            "cap": 2.52e-321,
+        },
+    ),
+    (
+        "3000 subnormal delays, factor 1 + 1e-6, decided six times",
+        {"max_elapsed": 1.482e-320, "base": 5e-324, "factor": 1.000001, "cap": 5e-323},
+    ),
+    (
+        "3036 subnormal delays of one unit, factor 1 + 2**-40",
+        {"max_elapsed": 1.5e-320, "base": 5e-324, "factor": 1.0 + 2.0**-40, "cap": 1e-320},
+    ),
+    (
+        "5013 subnormal delays and attempt_duration, factor 1.0001, decided 14 times",
+        {
+            "max_elapsed": 7.905e-320,
+            "base": 5e-324,
+            "factor": 1.0001,
+            "cap": 5e-323,
+            "attempt_duration": 1e-323,
+        },
+    ),
+    (
+        "past the line: 202402 subnormal delays, factor 1 + 2**-40 (refused)",
+        {"max_elapsed": 1e-318, "base": 5e-324, "factor": 1.0 + 2.0**-40, "cap": 1e-320},
+    ),
+)
+"""``BackoffPolicy`` keywords (``jitter="none"``; ``max_elapsed`` 300 unless given) timed
+whole; :func:`construction_cases` adds budgets one ulp from a partial sum of ``2**14 - 1``
+and ``2**14 + 1`` delays."""
+
+
+def construction_cases() -> list[tuple[str, dict[str, float]]]:
+    """:data:`CONSTRUCTION_CASES` plus budgets one ulp from partial sums near the line."""
+    out = list(CONSTRUCTION_CASES)
+    base, factor = 1.0, 1.0 + 2.0**-40
+    for n in (2**14 - 1, 2**14 + 1, 20_000):
+        nearest = _cost_units(n, base, factor) / (1 << 1074)
+        for side, budget in (
+            ("below", math.nextafter(nearest, -math.inf)),
+            ("above", math.nextafter(nearest, math.inf)),
+        ):
+            kwargs = {"max_elapsed": budget, "base": base, "factor": factor, "cap": 1e4}
+            out.append((f"{n} delays, factor 1 + 2**-40, one ulp {side}", kwargs))
+    return out
+
+
+_COSTLIEST_SUMS: tuple[tuple[str, tuple[float, float]], ...] = (
+    ("base 1, factor 1 + 2**-40", (1.0, 1.0 + 2.0**-40)),
+    ("base 1e306, factor 1 + 2**-40 (sums past the float range)", (1e306, 1.0 + 2.0**-40)),
+    ("base 5e-324, factor 1.04 (subnormal to 1e-45)", (5e-324, 1.04)),
+    ("base 1e-300, factor 1.02", (1e-300, 1.02)),
+)
+
+
+def _construct(kwargs: dict[str, float]) -> int | str:
+    """``BackoffPolicy(**kwargs).max_attempts()``, or ``"refused"`` for a ``ValueError``."""
+    try:
+        keywords: dict[str, Any] = {"max_elapsed": 300.0, "jitter": "none", **kwargs}
+        return BackoffPolicy(**keywords).max_attempts()
+    except ValueError:
+        return "refused"
+
+
+def run_construction(*, repeat: int) -> dict[str, Any]:
+    """Time every construction case, interleaved; the slowest accepted against 10 ms."""
+    cases = construction_cases()
+    timings = interleaved({label: partial(_construct, kw) for label, kw in cases}, repeat=repeat)
+    reference = timings[cases[0][0]]
+    rows: list[dict[str, Any]] = []
+    for label, kwargs in cases:
+        timing = timings[label]
+        rows.append(
+            {
+                "case": label,
+                "kwargs": {key: repr(value) for key, value in kwargs.items()},
+                "outcome": _construct(kwargs),
+                "over_plain": round(paired_ratio(timing, reference), 2),
+                **timing.as_dict(),
+            }
+        )
+    # The line itself: 2**14 delays summed exactly, of the costliest kinds found.
+    sums = interleaved(
+        {label: partial(_window, *args, 0, 2**14) for label, args in _COSTLIEST_SUMS},
+        repeat=max(3, repeat // 4),
+    )
+    line = [{"delays": label, **sums[label].as_dict()} for label, _ in _COSTLIEST_SUMS]
+    accepted = [row for row in rows if row["outcome"] != "refused"]
+    slowest = max(accepted, key=lambda row: row["min_ns"])
+    return {
+        "rows": rows,
+        "line": line,
+        "slowest_accepted": {"case": slowest["case"], "min_ns": slowest["min_ns"]},
+        "slowest_refused_ns": max(
+            (row["min_ns"] for row in rows if row["outcome"] == "refused"), default=0.0
+        ),
+        "target": "every accepted construction under 10 ms (per-call minimum)",
+        "target_met": bool(slowest["min_ns"] < 10_000_000),
+    }
+
+
+def _print_construction(result: dict[str, Any]) -> None:
+    print("\n[construction] BackoffPolicy(...) built whole, thread CPU time")
+    print(f"{'min':>10}  {'median':>10}  {'x plain':>8}  {'outcome':>8}  case")
+    for row in result["rows"]:
+        print(
+            f"{fmt_ns(row['min_ns']):>10}  {fmt_ns(row['median_ns']):>10}  "
+            f"{row['over_plain']:>7.1f}x  {row['outcome']!s:>8}  {row['case']}"
+        )
+    for row in result["line"]:
+        print(
+            f"{fmt_ns(row['min_ns']):>10}  the line: 2**14 delays summed exactly, {row['delays']}"
+        )
+    slowest = result["slowest_accepted"]
+    print(
+        f"slowest accepted: {fmt_ns(slowest['min_ns'])} ({slowest['case']}); slowest refusal: "
+        f"{fmt_ns(result['slowest_refused_ns'])}\ntarget (every accepted construction under "
+        f"10 ms): {'MET' if result['target_met'] else 'NOT MET'}"
+    )
 
 
 def seed_outcome(budget: float, base: float, factor: float, cap: float) -> int | str:
@@ -368,11 +504,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeat", type=int, default=60, help="batches per candidate")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no result file")
+    parser.add_argument(
+        "--construction", action="store_true", help="only the construction cases, no file"
+    )
     args = parser.parse_args(argv)
+    if args.construction:
+        _print_construction(run_construction(repeat=5 if args.quick else args.repeat))
+        return 0
     result = run(repeat=5 if args.quick else args.repeat)
     result["cases"] = run_cases(repeat=5 if args.quick else args.repeat, quick=args.quick)
     _print(result)
     _print_cases(result["cases"])
+    result["construction"] = run_construction(repeat=5 if args.quick else args.repeat)
+    _print_construction(result["construction"])
     if not args.quick:
         path = write_results("solver", command_line("benchmarks.solver"), result)
         print(f"wrote {path}")

@@ -328,6 +328,58 @@ def test_undecidable_in_bounded_work_is_a_value_error_naming_the_budget() -> Non
         compute_max_attempts(1e300, 5e-324, 1 + 2**-52, 1e-300)
 
 
+def test_past_the_line_of_delays_summed_a_value_error_says_why() -> None:
+    # 20000 nearly equal delays (factor 1 + 2**-40): a budget one ulp either side of their
+    # exact sum is decided only by summing (almost) all of them, past the 2**14 line. Under
+    # the old 2**20 line this took about 4 ms per call; now the solver refuses, naming the
+    # budget and the line, and so does the policy at construction.
+    base, factor, n = 1.0, 1.0 + 2**-40, 20_000
+    cost = exact_cost(n, base, factor, 1e4, 0.0)
+    for side in (-1, 1):
+        budget = near(cost, side)
+        assert budget is not None
+        with pytest.raises(ValueError, match=r"budget .* needs more than 16384 .* delays"):
+            compute_max_attempts(budget, base, factor, 1e4)
+        with pytest.raises(ValueError, match="needs more than 16384"):
+            BackoffPolicy(base=base, factor=factor, cap=1e4, max_elapsed=budget, jitter="none")
+    # the same budget moved off the boundary is decided in closed form, exactly
+    budget = float(cost) * (1 + 1e-9)
+    expected = reference_max_attempts(budget, base, factor, 1e4, 0.0).answer
+    assert compute_max_attempts(budget, base, factor, 1e4) == expected == n
+
+
+def test_subnormal_base_with_a_factor_near_one_is_refused_past_the_line() -> None:
+    # 202402 subnormal delays of one unit (2**-1074) each below a cap of 1e-320: deciding the
+    # count needs every one of them summed, past the line (under 2**20 it took ~0.1 s). A
+    # budget of 3036 units is inside the line and stays exact.
+    with pytest.raises(ValueError, match="needs more than 16384"):
+        BackoffPolicy(base=TINY, factor=1.0 + 2**-40, cap=1e-320, max_elapsed=1e-318)
+    budget = 1.5e-320
+    expected = reference_max_attempts(budget, TINY, 1.0 + 2**-40, 1e-320, 0.0).answer
+    assert compute_max_attempts(budget, TINY, 1.0 + 2**-40, 1e-320) == expected
+    policy = BackoffPolicy(base=TINY, factor=1.0 + 2**-40, cap=1e-320, max_elapsed=budget)
+    assert policy.max_attempts() == expected
+
+
+@pytest.mark.parametrize(
+    ("budget", "base", "factor", "cap", "duration", "answer"),
+    [
+        # subnormal delays: every count near the answer is decided by summing all the delays
+        # before it, several times over; each decision within the line, all of them together
+        # within it only because a neighbouring count reuses the window summed before
+        (1.482e-320, TINY, 1.000001, 5e-323, 0.0, 3000),
+        (7.905e-320, TINY, 1.0001, 5e-323, 1e-323, 5013),
+        (4.051625e-318, 2.5e-322, 1.0000000000000284, 2.52e-321, 0.0, 16079),
+    ],
+)
+def test_many_exact_decisions_within_the_line_stay_exact(
+    budget: float, base: float, factor: float, cap: float, duration: float, answer: int
+) -> None:
+    expected = reference_max_attempts(budget, base, factor, cap, duration).answer
+    assert expected == answer
+    assert compute_max_attempts(budget, base, factor, cap, duration) == answer
+
+
 # -- the examples the earlier issues fixed -------------------------------------------------
 
 
