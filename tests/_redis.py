@@ -42,6 +42,7 @@ __all__ = [
     "ENV_VAR",
     "NO_REDIS",
     "REDIS_SERVER",
+    "Recorder",
     "RedisServer",
     "find_server_binary",
     "free_port",
@@ -294,3 +295,17 @@ def own_redis_server_fixture() -> Iterator[RedisServer]:
 def server_dir(server: RedisServer) -> Path:
     """The server's working directory (empty: nothing is persisted)."""
     return Path(server._dir.name)
+
+
+class Recorder:
+    """A BudgetObserver keeping every call it gets (thread-safe enough: list.append)."""
+
+    def __init__(self) -> None:
+        self.decisions: list[tuple[str, bool, int | None]] = []
+        self.fallbacks: list[tuple[str, BaseException]] = []
+
+    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
+        self.decisions.append((name, granted, balance))
+
+    def on_budget_fallback(self, name: str, error: BaseException) -> None:
+        self.fallbacks.append((name, error))

@@ -40,6 +40,7 @@ from tenacity_budget.redis import (
 from tenacity_budget.retry_budget import BudgetObserver, RetryBudget, async_stop_retry_budget
 from tenacity_budget.testing import VirtualClock
 from tests._redis import (  # the redis_server and own_redis_server fixtures
+    Recorder,
     RedisServer,
     free_port,
     own_redis_server_fixture,  # noqa: F401
@@ -50,20 +51,6 @@ from tests._redis import (  # the redis_server and own_redis_server fixtures
 REPO = Path(__file__).resolve().parent.parent
 POLICY = BackoffPolicy(base=0.01, factor=2, cap=0.1, max_elapsed=5, jitter="none")
 WAIT = 30.0  # the longest any test waits for a helper thread, a timer or a process
-
-
-class Recorder:
-    """A BudgetObserver keeping every call it gets (thread-safe enough: list.append)."""
-
-    def __init__(self) -> None:
-        self.decisions: list[tuple[str, bool, int | None]] = []
-        self.fallbacks: list[tuple[str, BaseException]] = []
-
-    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
-        self.decisions.append((name, granted, balance))
-
-    def on_budget_fallback(self, name: str, error: BaseException) -> None:
-        self.fallbacks.append((name, error))
 
 
 @pytest.fixture

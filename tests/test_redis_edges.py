@@ -37,6 +37,7 @@ from tenacity_budget.redis import CLOCK_SUFFIX, DEFAULT_TIMEOUT, RedisRetryBudge
 from tenacity_budget.testing import VirtualClock, virtual_clock
 from tests import _redis
 from tests._redis import (  # the redis_server and own_redis_server fixtures
+    Recorder,
     RedisServer,
     free_port,
     own_redis_server_fixture,  # noqa: F401
@@ -49,20 +50,6 @@ WAIT = 30.0  # the longest a test waits for a thread or a server; never reached 
 PAUSE_MS = 5_000  # a stall far longer than any bound the tests set
 MARGIN = 1.5  # seconds of slack on every bound in time (a loaded machine)
 NAMES = ["}", "}x", "}}", "{", "{}", "x}", "a{b}c", "{{x}}", "%7D", "%", "plain-name"]
-
-
-class Recorder:
-    """A BudgetObserver keeping every call it gets."""
-
-    def __init__(self) -> None:
-        self.decisions: list[tuple[str, bool, int | None]] = []
-        self.fallbacks: list[tuple[str, BaseException]] = []
-
-    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
-        self.decisions.append((name, granted, balance))
-
-    def on_budget_fallback(self, name: str, error: BaseException) -> None:
-        self.fallbacks.append((name, error))
 
 
 def one_shot(server: RedisServer, **kwargs: Any) -> Any:
