@@ -52,15 +52,10 @@ _FLOAT_INTS = 2.0**50  # below this a float quotient's floor is decided in float
 
 def _seconds(name: str, value: object) -> float:
     """``value`` as a finite float, or a ``ValueError`` naming ``name``."""
-    if type(value) is int:
-        try:
-            value = float(value)
-        except OverflowError:
-            raise ValueError(
-                f"{name} must be a finite number of seconds, got a number beyond float range"
-            ) from None
-    elif type(value) is not float:
-        if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
+    if type(value) is not float:
+        if type(value) is not int and (  # an int, the common literal, needs no look-up
+            isinstance(value, str | bytes) or not hasattr(value, "__float__")
+        ):
             raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
         try:
             value = float(value)
