@@ -1,0 +1,83 @@
+"""One converter per kind of input: seconds, an aware datetime, an attempt count, a seed.
+
+Every public entry point that takes one of these checks it here, so the same input is
+refused everywhere with the same message (tenacity's ``_utils.to_seconds`` is the model).
+Nothing here imports another module of the package.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+_INF = float("inf")
+
+
+def seconds(value: object, what: str, *, allow_inf: bool = False, positive: bool = False) -> float:
+    """``value`` as a float number of seconds, or a clear error naming ``what``.
+
+    Any real number is taken (int, float, ``Decimal``, ``Fraction``); a bool or text is
+    not a number of seconds. ``allow_inf`` admits ``inf`` (meaning "none"), ``positive``
+    refuses 0.
+
+    Raises:
+        TypeError: for a bool, text or any other non-number.
+        ValueError: for NaN, a negative number (0 too with ``positive``), ``inf`` without
+            ``allow_inf``, or a number beyond float range.
+    """
+    if type(value) is not float:
+        if type(value) is not int and (
+            isinstance(value, bool | str | bytes) or not hasattr(value, "__float__")
+        ):
+            raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
+        try:
+            value = float(value)
+        except OverflowError:
+            if allow_inf and value > 0:  # type: ignore[operator]
+                return _INF  # beyond any clock: none
+            raise ValueError(
+                f"{what} must be a finite number of seconds, got a number beyond float range"
+            ) from None
+    assert isinstance(value, float)
+    if (0.0 < value < _INF) or (value == 0.0 and not positive) or (value == _INF and allow_inf):
+        return value
+    least = "> 0" if positive else ">= 0"
+    kind = "a number of seconds" if allow_inf else "a finite number of seconds"
+    raise ValueError(f"{what} must be {kind} {least}, got {value!r}")
+
+
+def aware(value: object, what: str = "deadline") -> datetime:
+    """``value`` if it is a timezone-aware datetime, else a clear error naming ``what``.
+
+    Raises:
+        TypeError: when ``value`` is not a :class:`~datetime.datetime`.
+        ValueError: for a naive datetime, which is ambiguous.
+    """
+    if not isinstance(value, datetime):
+        raise TypeError(f"{what} must be a timezone-aware datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"{what} must be timezone-aware, got the naive datetime {value.isoformat()}: "
+            "a naive time is ambiguous; pass e.g. datetime(..., tzinfo=timezone.utc)"
+        )
+    return value
+
+
+def attempts(value: object, what: str = "attempts") -> int:
+    """``value`` as a count of attempts (an int >= 1, not a bool), or a clear error.
+
+    Raises:
+        TypeError: for anything but an int (a bool included).
+        ValueError: for a count below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int >= 1, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{what} must be an int >= 1, got {value!r}")
+    return value
+
+
+def seed(value: object) -> int | None:
+    """``value`` if it is ``None`` or an int (not a bool), else a ``TypeError`` saying so."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"seed must be an int or None, got {type(value).__name__}")
+    return value
