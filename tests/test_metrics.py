@@ -518,6 +518,46 @@ def test_missing_extra_in_a_fresh_interpreter(
     ]
 
 
+def test_the_wing_exports_the_metrics_observers_lazily() -> None:
+    from tenacity_budget import instrumentation, otel, prometheus
+
+    assert instrumentation.PrometheusObserver is prometheus.PrometheusObserver
+    assert instrumentation.OpenTelemetryObserver is otel.OpenTelemetryObserver
+
+
+@pytest.mark.parametrize(("module", "package", "distribution", "extra"), MISSING_EXTRAS[:2])
+def test_missing_extra_through_the_wing_names_the_observer(
+    module: str, package: str, distribution: str, extra: str
+) -> None:
+    name = "PrometheusObserver" if extra == "prometheus" else "OpenTelemetryObserver"
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules[{package!r}] = None
+        import tenacity_budget.instrumentation as wing
+        try:
+            wing.{name}
+        except ImportError as exc:
+            print(type(exc).__name__, type(exc.__cause__).__name__)
+            print(exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "ImportError ModuleNotFoundError",
+        f"tenacity_budget.instrumentation.{name} needs {distribution}: "
+        f"pip install 'tenacity-budget[{extra}]'",
+    ]
+
+
 def test_importing_the_package_needs_no_extra() -> None:
     code = textwrap.dedent(
         """
@@ -525,7 +565,9 @@ def test_importing_the_package_needs_no_extra() -> None:
         for name in ("prometheus_client", "opentelemetry", "pybreaker"):
             sys.modules[name] = None  # any import of them now fails
         import tenacity_budget
+        import tenacity_budget.instrumentation
         import tenacity_budget.logs
+        import tenacity_budget.stats
         print("ok")
         """
     )
