@@ -460,6 +460,158 @@ def test_all_observers_see_the_same_run(otel: OTel, frozen: FrozenDateTimeFactor
     assert (snap.calls, snap.retries, snap.exhausted) == (3, len(sleeps), 1)
 
 
+# -- what each exporter registers: names, kinds, help texts, labels, units -------------------
+
+# (metric name, type, help text, labels, OpenTelemetry unit, OpenTelemetry description)
+INSTRUMENTS = [
+    ("calls", "counter", "Calls of retried functions begun.", ("function",), "{call}", None),
+    (
+        "retries",
+        "counter",
+        "Retries made (sleeps taken before a new attempt).",
+        ("function",),
+        "{retry}",
+        None,
+    ),
+    (
+        "first_try_successes",
+        "counter",
+        "Calls that returned on their first attempt.",
+        ("function",),
+        "{call}",
+        None,
+    ),
+    (
+        "successes_after_retry",
+        "counter",
+        "Calls that returned after at least one retry.",
+        ("function",),
+        "{call}",
+        None,
+    ),
+    (
+        "exhausted",
+        "counter",
+        "Calls that gave up, by the reason the run stopped.",
+        ("function", "reason"),
+        "{call}",
+        None,
+    ),
+    ("sleep", "histogram", "Seconds slept before each retry.", ("function",), "s", None),
+    (
+        "retry_budget.grants",
+        "counter",
+        "Retries a retry budget granted.",
+        ("budget",),
+        "{retry}",
+        None,
+    ),
+    (
+        "retry_budget.refusals",
+        "counter",
+        "Retries a retry budget refused (the run ended at once).",
+        ("budget",),
+        "{retry}",
+        None,
+    ),
+    (
+        "retry_budget.fallbacks",
+        "counter",
+        "Retry-budget decisions made without the shared store (Redis unreachable).",
+        ("budget",),
+        "{decision}",
+        "Retry-budget decisions made without the shared store (Redis).",
+    ),
+    (
+        "retry_budget.balance",
+        "gauge",
+        "Retries a retry budget would still grant, as of its latest decision.",
+        ("budget",),
+        "{retry}",
+        None,
+    ),
+]
+
+
+def feed_every_instrument(observer: Any) -> None:
+    feed_each_hook(observer, StopReason.COUNT)
+    observer.on_budget_fallback("payments", ConnectionError("down"))
+    observer.on_budget_decision("payments", True, 3)
+    observer.on_budget_decision("payments", False, 0)
+
+
+def test_prometheus_registers_each_metric_as_before() -> None:
+    registry = CollectorRegistry()
+    feed_every_instrument(PrometheusObserver(registry, namespace="app"))
+    found = [
+        (
+            m.name,
+            m.type,
+            m.documentation,
+            tuple(sorted({k for s in m.samples for k in s.labels} - {"le"})),
+        )
+        for m in registry.collect()
+    ]
+    expected = [
+        (
+            "app_" + name.replace(".", "_") + ("_seconds" if unit == "s" else ""),
+            kind,
+            text,
+            tuple(sorted(labels)),
+        )
+        for name, kind, text, labels, unit, _ in INSTRUMENTS
+    ]
+    assert found == expected
+    assert found[0][0] == "app_calls"
+    assert found[5][0] == "app_sleep_seconds"
+    assert found[6][0] == "app_retry_budget_grants"
+
+
+def test_otel_creates_each_instrument_as_before(otel: OTel) -> None:
+    feed_every_instrument(OpenTelemetryObserver(otel.meter, prefix="app"))
+    data = otel.reader.get_metrics_data()
+    assert data is not None
+    found = {
+        metric.name: (metric.unit, metric.description, type(metric.data).__name__)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    kinds = {"counter": "Sum", "histogram": "Histogram", "gauge": "Gauge"}
+    assert found == {
+        f"app.{name}": (unit, otel_text or text, kinds[kind])
+        for name, kind, text, _, unit, otel_text in INSTRUMENTS
+    }
+    attributes = {
+        metric.name: {k for p in metric.data.data_points for k in (p.attributes or {})}
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert attributes == {f"app.{name}": set(labels) for name, _, _, labels, _, _ in INSTRUMENTS}
+
+
+def test_each_observer_holds_its_instruments_as_attributes(otel: OTel) -> None:
+    prometheus = PrometheusObserver(CollectorRegistry())
+    telemetry = OpenTelemetryObserver(otel.meter)
+    attrs = [
+        "calls",
+        "retries",
+        "first_try_successes",
+        "successes_after_retry",
+        "exhausted",
+        "sleep",
+        "budget_grants",
+        "budget_refusals",
+        "budget_fallbacks",
+        "budget_balance",
+    ]
+    prometheus_kinds = [type(getattr(prometheus, a)).__name__ for a in attrs]
+    assert prometheus_kinds == [*["Counter"] * 5, "Histogram", *["Counter"] * 3, "Gauge"]
+    for attr in attrs:
+        assert getattr(telemetry, attr) is not None
+
+
 # -- optional imports ----------------------------------------------------------------------
 
 
