@@ -4,6 +4,6 @@ This path keeps working: it re-exports ``RetryStats``, ``RetryStatsSnapshot`` an
 ``SLEEP_BUCKETS``. See docs/observability.md.
 """
 
-from .instrumentation._stats import SLEEP_BUCKETS as SLEEP_BUCKETS
+from .instrumentation._metrics import SLEEP_BUCKETS as SLEEP_BUCKETS
 from .instrumentation._stats import RetryStats as RetryStats
 from .instrumentation._stats import RetryStatsSnapshot as RetryStatsSnapshot

@@ -612,6 +612,15 @@ def test_each_observer_holds_its_instruments_as_attributes(otel: OTel) -> None:
         assert getattr(telemetry, attr) is not None
 
 
+def test_both_observers_are_built_from_the_one_table() -> None:
+    from tenacity_budget.instrumentation._metrics import METRICS
+
+    attrs = [metric.attr for metric in METRICS]
+    assert attrs == list(PrometheusObserver.__annotations__)
+    assert attrs == list(OpenTelemetryObserver.__annotations__)
+    assert [(m.name, m.kind) for m in METRICS] == [(i[0], i[1]) for i in INSTRUMENTS]
+
+
 # -- optional imports ----------------------------------------------------------------------
 
 

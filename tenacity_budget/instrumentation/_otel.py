@@ -21,7 +21,7 @@ except ImportError as exc:
     ) from exc
 
 from ..exhaustion import ExhaustionReport
-from ._stats import SLEEP_BUCKETS
+from ._metrics import BUDGET, FUNCTION, METRICS, REASON, SLEEP_BUCKETS, Metric
 
 __all__ = [
     "BUDGET_ATTRIBUTE",
@@ -35,13 +35,13 @@ __all__ = [
 METER_NAME = "tenacity_budget"
 """The instrumentation scope of the default meter."""
 
-FUNCTION_ATTRIBUTE = "function"
+FUNCTION_ATTRIBUTE = FUNCTION
 """The attribute carrying the decorated function's name on every data point."""
 
-BUDGET_ATTRIBUTE = "budget"
+BUDGET_ATTRIBUTE = BUDGET
 """The attribute carrying the retry budget's name on the retry-budget instruments."""
 
-REASON_ATTRIBUTE = "reason"
+REASON_ATTRIBUTE = REASON
 """The attribute carrying the stop reason (a ``StopReason`` value) on ``exhausted``."""
 
 DEFAULT_SLEEP_BOUNDARIES: tuple[float, ...] = SLEEP_BUCKETS
@@ -62,8 +62,21 @@ class OpenTelemetryObserver:
             defaults are meant for milliseconds); ``None`` leaves the SDK's choice. Views
             configured in the SDK take precedence.
 
-    Instruments are thread-safe; share one observer between decorated functions.
+    Instruments are thread-safe; share one observer between decorated functions. Each is a
+    row of the metrics table, held in the attribute of the same name as the Prometheus
+    observer's.
     """
+
+    calls: metrics.Counter
+    retries: metrics.Counter
+    first_try_successes: metrics.Counter
+    successes_after_retry: metrics.Counter
+    exhausted: metrics.Counter
+    sleep: metrics.Histogram
+    budget_grants: metrics.Counter
+    budget_refusals: metrics.Counter
+    budget_fallbacks: metrics.Counter
+    budget_balance: metrics._Gauge
 
     def __init__(
         self,
@@ -72,68 +85,30 @@ class OpenTelemetryObserver:
         prefix: str = METER_NAME,
         sleep_boundaries: Sequence[float] | None = DEFAULT_SLEEP_BOUNDARIES,
     ) -> None:
-        if meter is None:
-            meter = metrics.get_meter(METER_NAME)
-        self.meter = meter
+        self.meter = metrics.get_meter(METER_NAME) if meter is None else meter
         self.prefix = prefix
-        self.calls = meter.create_counter(
-            f"{prefix}.calls", unit="{call}", description="Calls of retried functions begun."
-        )
-        self.retries = meter.create_counter(
-            f"{prefix}.retries",
-            unit="{retry}",
-            description="Retries made (sleeps taken before a new attempt).",
-        )
-        self.first_try_successes = meter.create_counter(
-            f"{prefix}.first_try_successes",
-            unit="{call}",
-            description="Calls that returned on their first attempt.",
-        )
-        self.successes_after_retry = meter.create_counter(
-            f"{prefix}.successes_after_retry",
-            unit="{call}",
-            description="Calls that returned after at least one retry.",
-        )
-        self.exhausted = meter.create_counter(
-            f"{prefix}.exhausted",
-            unit="{call}",
-            description="Calls that gave up, by the reason the run stopped.",
-        )
-        self.sleep = self._histogram(
-            meter, f"{prefix}.sleep", "Seconds slept before each retry.", sleep_boundaries
-        )
-        self.budget_grants = meter.create_counter(
-            f"{prefix}.retry_budget.grants",
-            unit="{retry}",
-            description="Retries a retry budget granted.",
-        )
-        self.budget_refusals = meter.create_counter(
-            f"{prefix}.retry_budget.refusals",
-            unit="{retry}",
-            description="Retries a retry budget refused (the run ended at once).",
-        )
-        self.budget_fallbacks = meter.create_counter(
-            f"{prefix}.retry_budget.fallbacks",
-            unit="{decision}",
-            description="Retry-budget decisions made without the shared store (Redis).",
-        )
-        self.budget_balance = meter.create_gauge(
-            f"{prefix}.retry_budget.balance",
-            unit="{retry}",
-            description="Retries a retry budget would still grant, as of its latest decision.",
-        )
+        self._boundaries = None if sleep_boundaries is None else list(sleep_boundaries)
+        for metric in METRICS:
+            setattr(self, metric.attr, self._create(metric))
 
-    @staticmethod
-    def _histogram(
-        meter: metrics.Meter, name: str, description: str, boundaries: Sequence[float] | None
-    ) -> metrics.Histogram:
-        if boundaries is None:
-            return meter.create_histogram(name, unit="s", description=description)
-        return meter.create_histogram(
+    def _create(self, metric: Metric) -> metrics.Counter | metrics.Histogram | metrics._Gauge:
+        """The instrument of one row of the table, created on the meter."""
+        name, unit, description = (
+            f"{self.prefix}.{metric.name}",
+            metric.unit,
+            metric.otel_description,
+        )
+        if metric.kind == "counter":
+            return self.meter.create_counter(name, unit=unit, description=description)
+        if metric.kind == "gauge":
+            return self.meter.create_gauge(name, unit=unit, description=description)
+        if self._boundaries is None:
+            return self.meter.create_histogram(name, unit=unit, description=description)
+        return self.meter.create_histogram(
             name,
-            unit="s",
+            unit=unit,
             description=description,
-            explicit_bucket_boundaries_advisory=list(boundaries),
+            explicit_bucket_boundaries_advisory=self._boundaries,
         )
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ The metrics it registers are listed in docs/observability.md, "Prometheus".
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ._extras import missing
 
@@ -20,12 +21,18 @@ except ImportError as exc:
     ) from exc
 
 from ..exhaustion import ExhaustionReport
-from ._stats import SLEEP_BUCKETS
+from ._metrics import METRICS, SLEEP_BUCKETS, Metric
 
 __all__ = ["DEFAULT_SLEEP_BUCKETS", "PrometheusObserver"]
 
 DEFAULT_SLEEP_BUCKETS: tuple[float, ...] = (*SLEEP_BUCKETS, float("inf"))
 """Histogram buckets (seconds) for retry sleeps: from jittered sub-second waits to the caps."""
+
+_KINDS: dict[str, type[Counter] | type[Histogram] | type[Gauge]] = {
+    "counter": Counter,
+    "histogram": Histogram,
+    "gauge": Gauge,
+}
 
 
 class PrometheusObserver:
@@ -46,8 +53,19 @@ class PrometheusObserver:
         calls, retries, first_try_successes, successes_after_retry, exhausted: the
             ``Counter`` metrics; ``sleep``: the ``Histogram`` of sleeps.
         budget_grants, budget_refusals, budget_fallbacks: the retry budgets' ``Counter``
-            metrics; ``budget_balance``: their ``Gauge``.
+            metrics; ``budget_balance``: their ``Gauge``. Each is a row of the metrics table.
     """
+
+    calls: Counter
+    retries: Counter
+    first_try_successes: Counter
+    successes_after_retry: Counter
+    exhausted: Counter
+    sleep: Histogram
+    budget_grants: Counter
+    budget_refusals: Counter
+    budget_fallbacks: Counter
+    budget_balance: Gauge
 
     def __init__(
         self,
@@ -56,82 +74,19 @@ class PrometheusObserver:
         namespace: str = "tenacity_budget",
         buckets: Sequence[float] = DEFAULT_SLEEP_BUCKETS,
     ) -> None:
-        target = REGISTRY if registry is None else registry
-        self.registry = target
+        self.registry = REGISTRY if registry is None else registry
         self.namespace = namespace
-        labels = ("function",)
-        self.calls = Counter(
-            "calls",
-            "Calls of retried functions begun.",
-            labels,
-            namespace=namespace,
-            registry=target,
-        )
-        self.retries = Counter(
-            "retries",
-            "Retries made (sleeps taken before a new attempt).",
-            labels,
-            namespace=namespace,
-            registry=target,
-        )
-        self.first_try_successes = Counter(
-            "first_try_successes",
-            "Calls that returned on their first attempt.",
-            labels,
-            namespace=namespace,
-            registry=target,
-        )
-        self.successes_after_retry = Counter(
-            "successes_after_retry",
-            "Calls that returned after at least one retry.",
-            labels,
-            namespace=namespace,
-            registry=target,
-        )
-        self.exhausted = Counter(
-            "exhausted",
-            "Calls that gave up, by the reason the run stopped.",
-            ("function", "reason"),
-            namespace=namespace,
-            registry=target,
-        )
-        self.sleep = Histogram(
-            "sleep_seconds",
-            "Seconds slept before each retry.",
-            labels,
-            namespace=namespace,
-            registry=target,
-            buckets=tuple(buckets),
-        )
-        budget = ("budget",)
-        self.budget_grants = Counter(
-            "retry_budget_grants",
-            "Retries a retry budget granted.",
-            budget,
-            namespace=namespace,
-            registry=target,
-        )
-        self.budget_refusals = Counter(
-            "retry_budget_refusals",
-            "Retries a retry budget refused (the run ended at once).",
-            budget,
-            namespace=namespace,
-            registry=target,
-        )
-        self.budget_fallbacks = Counter(
-            "retry_budget_fallbacks",
-            "Retry-budget decisions made without the shared store (Redis unreachable).",
-            budget,
-            namespace=namespace,
-            registry=target,
-        )
-        self.budget_balance = Gauge(
-            "retry_budget_balance",
-            "Retries a retry budget would still grant, as of its latest decision.",
-            budget,
-            namespace=namespace,
-            registry=target,
-        )
+        self._buckets = tuple(buckets)
+        for metric in METRICS:
+            setattr(self, metric.attr, self._create(metric))
+
+    def _create(self, metric: Metric) -> Counter | Histogram | Gauge:
+        """The ``prometheus_client`` metric of one row of the table, registered."""
+        common: dict[str, Any] = {"namespace": self.namespace, "registry": self.registry}
+        if metric.kind == "histogram":
+            common["buckets"] = self._buckets
+        kind = _KINDS[metric.kind]
+        return kind(metric.prometheus_name, metric.help, metric.labels, **common)
 
     def __repr__(self) -> str:
         return f"PrometheusObserver(namespace={self.namespace!r})"

@@ -11,24 +11,7 @@ from dataclasses import dataclass
 
 from ..exhaustion import ExhaustionReport
 
-__all__ = ["SLEEP_BUCKETS", "RetryStats", "RetryStatsSnapshot"]
-
-SLEEP_BUCKETS: tuple[float, ...] = (
-    0.01,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-)
-"""Histogram bucket bounds (seconds) for retry sleeps, shared by the metrics adapters."""
+__all__ = ["RetryStats", "RetryStatsSnapshot"]
 
 
 @dataclass(frozen=True, slots=True)
