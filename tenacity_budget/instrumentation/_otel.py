@@ -10,6 +10,7 @@ set-up. The instruments are listed in docs/observability.md, "OpenTelemetry".
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ._extras import missing
 
@@ -93,23 +94,15 @@ class OpenTelemetryObserver:
 
     def _create(self, metric: Metric) -> metrics.Counter | metrics.Histogram | metrics._Gauge:
         """The instrument of one row of the table, created on the meter."""
-        name, unit, description = (
-            f"{self.prefix}.{metric.name}",
-            metric.unit,
-            metric.otel_description,
-        )
+        name = f"{self.prefix}.{metric.name}"
+        options: dict[str, Any] = {"unit": metric.unit, "description": metric.otel_description}
         if metric.kind == "counter":
-            return self.meter.create_counter(name, unit=unit, description=description)
+            return self.meter.create_counter(name, **options)
         if metric.kind == "gauge":
-            return self.meter.create_gauge(name, unit=unit, description=description)
-        if self._boundaries is None:
-            return self.meter.create_histogram(name, unit=unit, description=description)
-        return self.meter.create_histogram(
-            name,
-            unit=unit,
-            description=description,
-            explicit_bucket_boundaries_advisory=self._boundaries,
-        )
+            return self.meter.create_gauge(name, **options)
+        if self._boundaries is not None:
+            options["explicit_bucket_boundaries_advisory"] = self._boundaries
+        return self.meter.create_histogram(name, **options)
 
     def __repr__(self) -> str:
         return f"OpenTelemetryObserver(prefix={self.prefix!r})"
