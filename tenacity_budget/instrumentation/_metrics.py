@@ -6,8 +6,7 @@ labels it holds are the published ones (docs/observability.md lists them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 SLEEP_BUCKETS: tuple[float, ...] = (
     0.01,
@@ -38,8 +37,7 @@ BUDGET = "budget"
 Kind = Literal["counter", "histogram", "gauge"]
 
 
-@dataclass(frozen=True, slots=True)
-class Metric:
+class Metric(NamedTuple):  # a NamedTuple, not a dataclass: cheaper to define at import
     """One instrument, as both exporters create it."""
 
     attr: str
