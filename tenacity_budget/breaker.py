@@ -1,38 +1,15 @@
 """Retries behind a circuit breaker, with :mod:`pybreaker` (extra ``tenacity-budget[breaker]``).
 
-Retries and a breaker answer different questions: the budget decides how long one call may
-keep trying, the breaker decides whether a dependency is worth calling at all. The recipe
-pairs them so that each attempt goes through the breaker, and a breaker that opens ends the
-run at once instead of sleeping towards an attempt the breaker would refuse::
+The budget decides how long one call may keep trying, the breaker whether a dependency is
+worth calling at all. :func:`guarded` makes every attempt a breaker call, and
+:class:`stop_when_open` ends the run, before any sleep, once the breaker is open::
 
-    import pybreaker
-    from tenacity_budget.breaker import guarded, stop_when_open
-
-    breaker = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=60)
-
-    @policy.retry(stop=stop_when_open(breaker))   # composed with the budget stop
-    @guarded(breaker)                             # every attempt is a breaker call
+    @policy.retry(stop=stop_when_open(breaker))  # composed with the budget stop
+    @guarded(breaker)  # every attempt is a breaker call
     def fetch(): ...
 
-(with plain tenacity: ``stop=policy.stop() | stop_when_open(breaker)``). What happens:
-
-* each attempt is counted by the breaker (:func:`guarded`, sync or async);
-* while the breaker is closed, failures are retried within the budget as usual;
-* the attempt that trips the breaker raises ``pybreaker.CircuitBreakerError`` (or, with
-  ``throw_new_error_on_trip=False``, its own exception), and an attempt made while the
-  breaker is open fails with ``CircuitBreakerError`` without calling the function; either
-  way :class:`stop_when_open` ends the run before any sleep: a ``CircuitBreakerError`` is
-  never retried;
-* the run then gives up like any budgeted run: ``policy.retry()`` raises
-  :class:`~tenacity_budget.BudgetExhausted` whose ``report.reason`` is
-  ``StopReason.OTHER`` (the budget was not the cause) and whose ``report.last_exception``
-  (and ``__cause__``) is the ``CircuitBreakerError``; ``on_exhausted`` and the observers
-  see it too. Pass ``reraise=True`` to get the ``CircuitBreakerError`` itself instead.
-
-The half-open trial after ``reset_timeout`` is left to the next call: a run never sleeps
-waiting for the breaker, so the first attempt of a later call is the trial.
-
-Importing this module needs ``pybreaker``; ``import tenacity_budget`` does not.
+The run then gives up with ``StopReason.OTHER``; docs/observability.md, "Circuit breaker",
+tells the whole story (what is raised, ``reraise=True``, the half-open trial).
 """
 
 from __future__ import annotations
@@ -45,12 +22,12 @@ from typing import Any, TypeVar, cast
 from tenacity import RetryCallState
 from tenacity.stop import stop_base
 
+from .instrumentation._extras import missing
+
 try:
     import pybreaker
 except ImportError as exc:
-    raise ImportError(
-        "tenacity_budget.breaker needs pybreaker: pip install 'tenacity-budget[breaker]'"
-    ) from exc
+    raise missing(__name__, "pybreaker", "breaker") from exc
 
 __all__ = ["guarded", "stop_when_open"]
 

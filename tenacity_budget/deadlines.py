@@ -1,224 +1,29 @@
-"""Statutory response deadlines for GDPR data-subject requests.
+"""The old path of :mod:`tenacity_budget.gdpr`, named for what it computes (GDPR deadlines).
 
-Article 12(3) GDPR gives a controller one month from receipt of a data-subject request to
-act on it, extendable "by two further months" (three months from receipt in total).
-The Regulation does not say how to count a month; periods in EU law are counted under
-Regulation (EEC, Euratom) No 1182/71 ("the Periods Regulation"), Article 3:
-
-* Art. 3(1), second subparagraph: when a period is to be calculated from the moment at which
-  an event occurs, the day during which the event occurs is not counted. The period starts on
-  the day after receipt.
-* Art. 3(2)(c): a period expressed in months ends with the expiry of the last hour of the day
-  which, in the last month, is the same date as the day from which the period runs (the day of
-  receipt). If the last month has no such date, the period ends with the expiry of the last
-  hour of that month's last day. So a request received on 31 January has until the end of
-  28 February (29 February in a leap year); one received on 15 March has until the end of
-  15 April.
-* Art. 3(3): the period includes Saturdays, Sundays and public holidays.
-* Art. 3(4): if the last day of the period is a public holiday, a Saturday or a Sunday, the
-  period ends with the expiry of the last hour of the following working day.
-* Art. 3(5): a period of two days or more includes at least two working days. A month always
-  does unless the caller declares nearly every weekday in it a holiday; the rule is applied
-  anyway, by extending the period to further working days.
-
-"Public holiday" (Art. 2(1)) means the holidays of the Member State or institution concerned,
-which this module cannot know: pass them as ``holidays``. Saturdays and Sundays are always
-non-working days.
-
-Days are calendar days in the time zone of ``received_at``: receipt on 31 January at
-23:30 in Dublin is a 31 January receipt even though it is already 1 February in Berlin.
-The deadline is returned as the last instant of its final day in that same time zone.
-
->>> from datetime import datetime
->>> from zoneinfo import ZoneInfo
->>> dublin = ZoneInfo("Europe/Dublin")
->>> gdpr_response_deadline(datetime(2026, 1, 31, 9, 30, tzinfo=dublin))
-datetime.datetime(2026, 3, 2, 23, 59, 59, 999999, tzinfo=zoneinfo.ZoneInfo(key='Europe/Dublin'))
-
-(28 February 2026 is a Saturday, so the period runs until the end of Monday 2 March.)
+``from tenacity_budget.deadlines import gdpr_response_deadline`` (or ``add_months``) keeps
+working and warns (``DeprecationWarning``): import them from ``tenacity_budget.gdpr``.
 """
 
 from __future__ import annotations
 
-import calendar
-from collections.abc import Iterable
-from datetime import MAXYEAR, MINYEAR, UTC, date, datetime, time, timedelta, tzinfo
+import warnings
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["add_months", "gdpr_response_deadline"]
+from . import gdpr
 
-_ONE_DAY = timedelta(days=1)
-_ONE_MICROSECOND = timedelta(microseconds=1)
-_SATURDAY = 5  # date.weekday(): Monday is 0, Saturday 5, Sunday 6
+if TYPE_CHECKING:
+    from .gdpr import add_months as add_months
+    from .gdpr import gdpr_response_deadline as gdpr_response_deadline
 
-
-def add_months(d: date, months: int) -> date:
-    """Return the date ``months`` calendar months after ``d`` (before it if negative).
-
-    The day of the month is kept when the target month has it, otherwise it is clamped to the
-    target month's last day, as Art. 3(2)(c) of Regulation 1182/71 does for the last day of a
-    period in months. Given a :class:`~datetime.datetime`, returns a ``datetime`` with the same
-    time of day and ``tzinfo`` (wall-clock arithmetic).
-
-    >>> add_months(date(2026, 3, 15), 1)
-    datetime.date(2026, 4, 15)
-    >>> add_months(date(2026, 1, 31), 1)
-    datetime.date(2026, 2, 28)
-    >>> add_months(date(2024, 1, 31), 1)
-    datetime.date(2024, 2, 29)
-    >>> add_months(date(2025, 11, 30), 3)
-    datetime.date(2026, 2, 28)
-    >>> add_months(date(2026, 3, 31), -1)
-    datetime.date(2026, 2, 28)
-
-    Raises:
-        OverflowError: if the result would fall outside ``date.min``..``date.max``.
-    """
-    year, month_index = divmod(d.year * 12 + (d.month - 1) + months, 12)
-    if not MINYEAR <= year <= MAXYEAR:
-        raise OverflowError(f"{d!r} plus {months} months is outside the supported date range")
-    month = month_index + 1
-    day = min(d.day, calendar.monthrange(year, month)[1])
-    return d.replace(year=year, month=month, day=day)
+_MOVED = ("add_months", "gdpr_response_deadline")
 
 
-def gdpr_response_deadline(
-    received_at: datetime,
-    *,
-    extended: bool = False,
-    holidays: Iterable[date] = (),
-) -> datetime:
-    """Return when the GDPR Art. 12(3) period to answer a data-subject request expires.
-
-    The period is one month from receipt, or three months when ``extended`` (the one month plus
-    the two-month extension of Art. 12(3)), counted under Art. 3 of Regulation (EEC, Euratom)
-    No 1182/71 (see the module docstring): it ends at the end of the day with the receipt's date
-    in the final month, or of that month's last day if it has no such date; if that day is a
-    Saturday, a Sunday or one of ``holidays``, it ends at the end of the next working day.
-
-    Args:
-        received_at: when the controller received the request, as a timezone-aware datetime.
-            Its time zone decides which calendar day the receipt (and the deadline) falls on.
-        extended: count three months instead of one.
-        holidays: public holidays (``datetime.date`` objects, local to ``received_at``'s time
-            zone) that are not working days. Any iterable; it is read once.
-
-    Returns:
-        The last representable instant of the period's last day in ``received_at``'s time
-        zone: ``23:59:59.999999`` local time, with the very same ``tzinfo`` object as
-        ``received_at`` and the UTC offset in force at that moment (which may differ from
-        ``received_at``'s across a DST change). Where clocks go back over midnight, so that
-        ``23:59:59.999999`` happens twice, the second occurrence is returned (``fold=1``).
-        Where clocks jump forward over midnight, so that the day ends early, the instant
-        just before the jump is returned (e.g. ``22:59:59.999999`` in Dhaka on 19 June 2009).
-        The deadline is met by acting at or before the returned instant.
-
-    Raises:
-        TypeError: if ``received_at`` is not a datetime, or uses a pytz time zone (use
-            :class:`zoneinfo.ZoneInfo`), or ``holidays`` holds anything but ``date`` objects
-            (a ``datetime`` holiday is refused as ambiguous: pass its ``.date()``).
-        ValueError: if ``received_at`` is naive.
-        OverflowError: if the deadline would fall after ``date.max``.
-
-    >>> from zoneinfo import ZoneInfo
-    >>> berlin = ZoneInfo("Europe/Berlin")
-    >>> deadline = gdpr_response_deadline(datetime(2024, 1, 31, 16, 0, tzinfo=berlin))
-    >>> deadline.isoformat()  # leap year: 29 February, a Thursday
-    '2024-02-29T23:59:59.999999+01:00'
-    >>> deadline = gdpr_response_deadline(datetime(2026, 2, 27, 8, 0, tzinfo=berlin))
-    >>> deadline.isoformat()  # 27 March 2026 is a Friday; CEST starts on 29 March
-    '2026-03-27T23:59:59.999999+01:00'
-    >>> gdpr_response_deadline(
-    ...     datetime(2026, 2, 27, 8, 0, tzinfo=berlin), extended=True
-    ... ).isoformat()  # 27 May 2026, summer time
-    '2026-05-27T23:59:59.999999+02:00'
-    >>> gdpr_response_deadline(
-    ...     datetime(2026, 11, 28, 12, 0, tzinfo=berlin),
-    ...     holidays=[date(2026, 12, 25), date(2026, 12, 28)],
-    ... ).isoformat()  # 28 December 2026 is a Monday, declared a holiday
-    '2026-12-29T23:59:59.999999+01:00'
-    """
-    if not isinstance(received_at, datetime):
-        raise TypeError(
-            "received_at must be a timezone-aware datetime, e.g. "
-            "datetime(2026, 1, 31, 9, 30, tzinfo=ZoneInfo('Europe/Dublin')); "
-            f"got {type(received_at).__name__} {received_at!r}"
-        )
-    tz = received_at.tzinfo
-    if tz is None or received_at.utcoffset() is None:
-        raise ValueError(
-            "received_at must be a timezone-aware datetime, e.g. "
-            "datetime(2026, 1, 31, 9, 30, tzinfo=ZoneInfo('Europe/Dublin')); "
-            f"got naive {received_at!r}"
-        )
-    if hasattr(tz, "localize"):
-        # pytz zones carry one fixed offset per instance and need localize()/normalize();
-        # combining a date with one silently yields the wrong offset across DST changes.
-        raise TypeError(
-            f"pytz time zones are not supported (got {tz!r}); use zoneinfo.ZoneInfo instead"
-        )
-    non_working = _holiday_set(holidays)
-
-    def is_working_day(day: date) -> bool:
-        return day.weekday() < _SATURDAY and day not in non_working
-
-    receipt_day = received_at.date()
-    last_day = add_months(receipt_day, 3 if extended else 1)  # Art. 3(1) and 3(2)(c)
-    while not is_working_day(last_day):  # Art. 3(4)
-        last_day += _ONE_DAY
-    # Art. 3(5): the period (receipt day excluded) must contain at least two working days.
-    working_days = sum(
-        is_working_day(receipt_day + timedelta(days=n))
-        for n in range(1, (last_day - receipt_day).days + 1)
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"tenacity_budget.deadlines is deprecated: import {name} from tenacity_budget.gdpr",
+        DeprecationWarning,
+        stacklevel=2,
     )
-    while working_days < 2:
-        last_day += _ONE_DAY
-        working_days += is_working_day(last_day)
-    return _end_of_day(last_day, tz)
-
-
-def _holiday_set(holidays: Iterable[date]) -> frozenset[date]:
-    if isinstance(holidays, date):
-        raise TypeError(
-            f"holidays must be an iterable of dates, not a single date: {holidays!r}; "
-            f"pass [{holidays!r}]"
-        )
-    result = frozenset(holidays)
-    for item in result:
-        if isinstance(item, datetime):
-            raise TypeError(
-                f"holidays must be datetime.date objects; got the datetime {item!r}, which is "
-                f"ambiguous as a day: pass {item.date()!r} instead"
-            )
-        if not isinstance(item, date):
-            raise TypeError(
-                f"holidays must be datetime.date objects; got {type(item).__name__} {item!r}"
-            )
-    return result
-
-
-def _end_of_day(day: date, tz: tzinfo) -> datetime:
-    """Return the last instant whose wall-clock date in ``tz`` is ``day``, with tzinfo ``tz``."""
-    wall = datetime.combine(day, time.max)
-    first = wall.replace(tzinfo=tz)
-    second = wall.replace(tzinfo=tz, fold=1)
-    if first.utcoffset() == second.utcoffset():
-        return first  # 23:59:59.999999 happens exactly once: the usual case
-    if _exists(second):
-        return second  # clocks went back over midnight: the day ends at the second occurrence
-    # Clocks jumped forward over midnight, so 23:59:59.999999 never happens that day. Per PEP 495
-    # the fold=1 reading of a skipped time uses the offset after the jump, and so is an instant
-    # before it; the fold=0 reading is after it. The day ends just before the jump.
-    before, after = sorted((first.astimezone(UTC), second.astimezone(UTC)))
-    while after - before > _ONE_MICROSECOND:
-        middle = before + (after - before) // 2
-        if middle.astimezone(tz).date() <= day:
-            before = middle
-        else:
-            after = middle
-    return before.astimezone(tz)
-
-
-def _exists(local: datetime) -> bool:
-    """Whether the wall-clock time of aware ``local`` really occurs in its time zone."""
-    round_trip = local.astimezone(UTC).astimezone(local.tzinfo)
-    return round_trip.replace(tzinfo=None) == local.replace(tzinfo=None)
+    return getattr(gdpr, name)

@@ -22,8 +22,6 @@ import pytest
 if TYPE_CHECKING:
     from .testing import VirtualClock
 
-__all__ = ["virtual_clock"]
-
 
 @pytest.fixture
 def virtual_clock() -> Iterator[VirtualClock]:

@@ -62,12 +62,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from tenacity import RetryCallState
 from tenacity.stop import stop_base
 
 from .exhaustion import StopReason
+from .instrumentation._protocols import BudgetObserver
 from .state import stopped_by
 
 if TYPE_CHECKING:
@@ -91,33 +92,6 @@ Number: TypeAlias = float | Fraction | Decimal
 
 SLICES = 10
 """Slices the ``ttl`` window is made of: an event counts for ``0.9 * ttl`` to ``ttl`` seconds."""
-
-
-@runtime_checkable
-class BudgetObserver(Protocol):
-    """What a retry budget tells as it decides (metrics); pass it as ``observers=``.
-
-    :class:`~tenacity_budget.prometheus.PrometheusObserver` and
-    :class:`~tenacity_budget.otel.OpenTelemetryObserver` implement it; so can any object
-    with these two methods. They are called from the thread (or task) asking for the
-    retry, after the decision, and must be cheap and thread-safe. Deposits are not
-    reported: they are one per call, and the call's own metrics count them.
-    """
-
-    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
-        """Budget ``name`` granted (``True``) or refused a retry.
-
-        ``balance`` is what the budget would still grant right after this decision, or
-        ``None`` when it is not known (a Redis budget deciding ``on_error="allow"`` or
-        ``"deny"`` while Redis is unreachable).
-        """
-
-    def on_budget_fallback(self, name: str, error: BaseException) -> None:
-        """Budget ``name`` made a decision without its shared store (Redis) because of ``error``.
-
-        Called once per decision made on the fallback, right before
-        :meth:`on_budget_decision` reports it.
-        """
 
 
 def observers_of(

@@ -20,13 +20,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import tenacity
 from tenacity import RetryCallState, RetryError
 
 from ._config import check_aware, earliest, utc_instant
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
+from .instrumentation._protocols import RetryObserver
 from .solver import add_compensated
 from .state import RunState, observe_cut, prepare, run_state, tag
 
@@ -46,28 +47,6 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@runtime_checkable
-class RetryObserver(Protocol):
-    """What ``policy.retry(stats=...)`` calls as a run progresses (metrics, counters).
-
-    :class:`~tenacity_budget.RetryStats` and the Prometheus and OpenTelemetry adapters
-    implement it; so can any object with these four methods. They are called from the
-    thread (or task) running the function and must be cheap and thread-safe.
-    """
-
-    def on_call(self, name: str) -> None:
-        """A call of the decorated function began (its first attempt is about to run)."""
-
-    def on_retry(self, name: str, attempt: int, sleep: float) -> None:
-        """Attempt ``attempt`` failed and the run will sleep ``sleep`` seconds, then retry."""
-
-    def on_success(self, name: str, attempts: int) -> None:
-        """The call returned after ``attempts`` attempts (1: first try)."""
-
-    def on_exhausted(self, name: str, report: ExhaustionReport) -> None:
-        """The call gave up: its budget (or another stop) ended the run."""
 
 
 class Horizon:

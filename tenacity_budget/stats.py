@@ -1,136 +1,23 @@
-"""Counting retries: :class:`RetryStats`, a thread-safe collector for ``policy.retry(stats=...)``.
+"""The old path of ``RetryStats``, whose home is now :mod:`tenacity_budget.instrumentation`.
 
-The figures are the ones the design notes monitor: how often calls need a retry at all, and
-how often a retry rescues a call.
+This path keeps working: it re-exports ``RetryStats``, ``RetryStatsSnapshot`` and
+``SLEEP_BUCKETS``. See docs/observability.md.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from .exhaustion import ExhaustionReport
+from .instrumentation._stats import RetryStats as RetryStats
+from .instrumentation._stats import RetryStatsSnapshot as RetryStatsSnapshot
 
-__all__ = ["SLEEP_BUCKETS", "RetryStats", "RetryStatsSnapshot"]
-
-SLEEP_BUCKETS: tuple[float, ...] = (
-    0.01,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-)
-"""Histogram bucket bounds (seconds) for retry sleeps, shared by the metrics adapters."""
+if TYPE_CHECKING:
+    from .instrumentation._metrics import SLEEP_BUCKETS as SLEEP_BUCKETS
 
 
-@dataclass(frozen=True, slots=True)
-class RetryStatsSnapshot:
-    """A consistent, immutable copy of the counters at one moment."""
+def __getattr__(name: str) -> Any:
+    if name != "SLEEP_BUCKETS":  # the metrics table is imported only when asked for
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .instrumentation._metrics import SLEEP_BUCKETS
 
-    calls: int
-    first_try_successes: int
-    successes_after_retry: int
-    retries: int
-    exhausted: int
-
-    @property
-    def retry_rate(self) -> float:
-        """Retries per call (0.0 before any call)."""
-        return self.retries / self.calls if self.calls else 0.0
-
-    @property
-    def success_after_retry_rate(self) -> float:
-        """Share of successful calls that needed at least one retry (0.0 before any)."""
-        successes = self.first_try_successes + self.successes_after_retry
-        return self.successes_after_retry / successes if successes else 0.0
-
-
-class RetryStats:
-    """Thread-safe counters of budgeted calls, fed by ``policy.retry(stats=stats)``.
-
-    Attributes (read them, or take a consistent :meth:`snapshot`):
-        calls: calls of decorated functions begun.
-        first_try_successes: calls that returned on their first attempt.
-        successes_after_retry: calls that returned after at least one retry.
-        retries: retries made (sleeps taken) over all calls.
-        exhausted: calls that gave up (budget spent or another stop).
-
-    Example:
-        >>> stats = RetryStats()
-        >>> @BackoffPolicy(base=1, cap=5, max_elapsed=30).retry(stats=stats)  # doctest: +SKIP
-        ... def fetch(): ...
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.calls = 0
-        self.first_try_successes = 0
-        self.successes_after_retry = 0
-        self.retries = 0
-        self.exhausted = 0
-
-    def __repr__(self) -> str:
-        s = self.snapshot()
-        return (
-            f"RetryStats(calls={s.calls}, first_try_successes={s.first_try_successes}, "
-            f"successes_after_retry={s.successes_after_retry}, retries={s.retries}, "
-            f"exhausted={s.exhausted})"
-        )
-
-    # RetryObserver --------------------------------------------------------------------------
-
-    def on_call(self, name: str) -> None:
-        with self._lock:
-            self.calls += 1
-
-    def on_retry(self, name: str, attempt: int, sleep: float) -> None:
-        with self._lock:
-            self.retries += 1
-
-    def on_success(self, name: str, attempts: int) -> None:
-        with self._lock:
-            if attempts <= 1:
-                self.first_try_successes += 1
-            else:
-                self.successes_after_retry += 1
-
-    def on_exhausted(self, name: str, report: ExhaustionReport) -> None:
-        with self._lock:
-            self.exhausted += 1
-
-    # Figures --------------------------------------------------------------------------------
-
-    @property
-    def retry_rate(self) -> float:
-        """Retries per call (0.0 before any call)."""
-        return self.snapshot().retry_rate
-
-    @property
-    def success_after_retry_rate(self) -> float:
-        """Share of successful calls that needed at least one retry (0.0 before any)."""
-        return self.snapshot().success_after_retry_rate
-
-    def snapshot(self) -> RetryStatsSnapshot:
-        """All counters, read together under the lock."""
-        with self._lock:
-            return RetryStatsSnapshot(
-                calls=self.calls,
-                first_try_successes=self.first_try_successes,
-                successes_after_retry=self.successes_after_retry,
-                retries=self.retries,
-                exhausted=self.exhausted,
-            )
-
-    def reset(self) -> None:
-        """Set every counter back to zero."""
-        with self._lock:
-            self.calls = self.first_try_successes = self.successes_after_retry = 0
-            self.retries = self.exhausted = 0
+    return SLEEP_BUCKETS

@@ -460,6 +460,167 @@ def test_all_observers_see_the_same_run(otel: OTel, frozen: FrozenDateTimeFactor
     assert (snap.calls, snap.retries, snap.exhausted) == (3, len(sleeps), 1)
 
 
+# -- what each exporter registers: names, kinds, help texts, labels, units -------------------
+
+# (metric name, type, help text, labels, OpenTelemetry unit, OpenTelemetry description)
+INSTRUMENTS = [
+    ("calls", "counter", "Calls of retried functions begun.", ("function",), "{call}", None),
+    (
+        "retries",
+        "counter",
+        "Retries made (sleeps taken before a new attempt).",
+        ("function",),
+        "{retry}",
+        None,
+    ),
+    (
+        "first_try_successes",
+        "counter",
+        "Calls that returned on their first attempt.",
+        ("function",),
+        "{call}",
+        None,
+    ),
+    (
+        "successes_after_retry",
+        "counter",
+        "Calls that returned after at least one retry.",
+        ("function",),
+        "{call}",
+        None,
+    ),
+    (
+        "exhausted",
+        "counter",
+        "Calls that gave up, by the reason the run stopped.",
+        ("function", "reason"),
+        "{call}",
+        None,
+    ),
+    ("sleep", "histogram", "Seconds slept before each retry.", ("function",), "s", None),
+    (
+        "retry_budget.grants",
+        "counter",
+        "Retries a retry budget granted.",
+        ("budget",),
+        "{retry}",
+        None,
+    ),
+    (
+        "retry_budget.refusals",
+        "counter",
+        "Retries a retry budget refused (the run ended at once).",
+        ("budget",),
+        "{retry}",
+        None,
+    ),
+    (
+        "retry_budget.fallbacks",
+        "counter",
+        "Retry-budget decisions made without the shared store (Redis unreachable).",
+        ("budget",),
+        "{decision}",
+        "Retry-budget decisions made without the shared store (Redis).",
+    ),
+    (
+        "retry_budget.balance",
+        "gauge",
+        "Retries a retry budget would still grant, as of its latest decision.",
+        ("budget",),
+        "{retry}",
+        None,
+    ),
+]
+
+
+def feed_every_instrument(observer: Any) -> None:
+    feed_each_hook(observer, StopReason.COUNT)
+    observer.on_budget_fallback("payments", ConnectionError("down"))
+    observer.on_budget_decision("payments", True, 3)
+    observer.on_budget_decision("payments", False, 0)
+
+
+def test_prometheus_registers_each_metric_as_before() -> None:
+    registry = CollectorRegistry()
+    feed_every_instrument(PrometheusObserver(registry, namespace="app"))
+    found = [
+        (
+            m.name,
+            m.type,
+            m.documentation,
+            tuple(sorted({k for s in m.samples for k in s.labels} - {"le"})),
+        )
+        for m in registry.collect()
+    ]
+    expected = [
+        (
+            "app_" + name.replace(".", "_") + ("_seconds" if unit == "s" else ""),
+            kind,
+            text,
+            tuple(sorted(labels)),
+        )
+        for name, kind, text, labels, unit, _ in INSTRUMENTS
+    ]
+    assert found == expected
+    assert found[0][0] == "app_calls"
+    assert found[5][0] == "app_sleep_seconds"
+    assert found[6][0] == "app_retry_budget_grants"
+
+
+def test_otel_creates_each_instrument_as_before(otel: OTel) -> None:
+    feed_every_instrument(OpenTelemetryObserver(otel.meter, prefix="app"))
+    data = otel.reader.get_metrics_data()
+    assert data is not None
+    found = {
+        metric.name: (metric.unit, metric.description, type(metric.data).__name__)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    kinds = {"counter": "Sum", "histogram": "Histogram", "gauge": "Gauge"}
+    assert found == {
+        f"app.{name}": (unit, otel_text or text, kinds[kind])
+        for name, kind, text, _, unit, otel_text in INSTRUMENTS
+    }
+    attributes = {
+        metric.name: {k for p in metric.data.data_points for k in (p.attributes or {})}
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert attributes == {f"app.{name}": set(labels) for name, _, _, labels, _, _ in INSTRUMENTS}
+
+
+def test_each_observer_holds_its_instruments_as_attributes(otel: OTel) -> None:
+    prometheus = PrometheusObserver(CollectorRegistry())
+    telemetry = OpenTelemetryObserver(otel.meter)
+    attrs = [
+        "calls",
+        "retries",
+        "first_try_successes",
+        "successes_after_retry",
+        "exhausted",
+        "sleep",
+        "budget_grants",
+        "budget_refusals",
+        "budget_fallbacks",
+        "budget_balance",
+    ]
+    prometheus_kinds = [type(getattr(prometheus, a)).__name__ for a in attrs]
+    assert prometheus_kinds == [*["Counter"] * 5, "Histogram", *["Counter"] * 3, "Gauge"]
+    for attr in attrs:
+        assert getattr(telemetry, attr) is not None
+
+
+def test_both_observers_are_built_from_the_one_table() -> None:
+    from tenacity_budget.instrumentation._metrics import METRICS
+
+    attrs = [metric.attr for metric in METRICS]
+    assert attrs == list(PrometheusObserver.__annotations__)
+    assert attrs == list(OpenTelemetryObserver.__annotations__)
+    assert [(m.name, m.kind) for m in METRICS] == [(i[0], i[1]) for i in INSTRUMENTS]
+
+
 # -- optional imports ----------------------------------------------------------------------
 
 
@@ -518,6 +679,46 @@ def test_missing_extra_in_a_fresh_interpreter(
     ]
 
 
+def test_the_wing_exports_the_metrics_observers_lazily() -> None:
+    from tenacity_budget import instrumentation, otel, prometheus
+
+    assert instrumentation.PrometheusObserver is prometheus.PrometheusObserver
+    assert instrumentation.OpenTelemetryObserver is otel.OpenTelemetryObserver
+
+
+@pytest.mark.parametrize(("module", "package", "distribution", "extra"), MISSING_EXTRAS[:2])
+def test_missing_extra_through_the_wing_names_the_observer(
+    module: str, package: str, distribution: str, extra: str
+) -> None:
+    name = "PrometheusObserver" if extra == "prometheus" else "OpenTelemetryObserver"
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules[{package!r}] = None
+        import tenacity_budget.instrumentation as wing
+        try:
+            wing.{name}
+        except ImportError as exc:
+            print(type(exc).__name__, type(exc.__cause__).__name__)
+            print(exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "ImportError ModuleNotFoundError",
+        f"tenacity_budget.instrumentation.{name} needs {distribution}: "
+        f"pip install 'tenacity-budget[{extra}]'",
+    ]
+
+
 def test_importing_the_package_needs_no_extra() -> None:
     code = textwrap.dedent(
         """
@@ -525,7 +726,9 @@ def test_importing_the_package_needs_no_extra() -> None:
         for name in ("prometheus_client", "opentelemetry", "pybreaker"):
             sys.modules[name] = None  # any import of them now fails
         import tenacity_budget
+        import tenacity_budget.instrumentation
         import tenacity_budget.logs
+        import tenacity_budget.stats
         print("ok")
         """
     )

@@ -345,3 +345,41 @@ async def test_policy_retry_counts_concurrent_async_calls(frozen: FrozenDateTime
     assert counts(stats) == (len(plan) + 1, first, after, retries, len(exhausted))
     assert len(sleeps) == retries
     assert all(e.report.reason is StopReason.COUNT for e in exhausted)
+
+
+# -- the instrumentation wing: one home, the old paths kept ------------------------------------
+
+
+def test_the_old_paths_name_the_wings_objects() -> None:
+    import tenacity_budget
+    from tenacity_budget import instrumentation, retry_budget, runtime, stats
+
+    assert stats.RetryStats is instrumentation.RetryStats is tenacity_budget.RetryStats
+    assert stats.RetryStatsSnapshot is instrumentation.RetryStatsSnapshot
+    assert runtime.RetryObserver is instrumentation.RetryObserver is RetryObserver
+    assert retry_budget.BudgetObserver is instrumentation.BudgetObserver
+    assert (stats.SLEEP_BUCKETS[0], stats.SLEEP_BUCKETS[-1]) == (0.01, 300.0)
+    assert {"BudgetObserver", "OpenTelemetryObserver", "PrometheusObserver"} <= set(
+        dir(instrumentation)
+    )
+    with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
+        instrumentation.Nothing  # noqa: B018
+
+
+def test_observers_written_against_the_protocols_still_pass_isinstance() -> None:
+    from tenacity_budget.instrumentation import BudgetObserver
+
+    class Minimal:  # the four methods of a RetryObserver, nothing else
+        def on_call(self, name: str) -> None: ...
+        def on_retry(self, name: str, attempt: int, sleep: float) -> None: ...
+        def on_success(self, name: str, attempts: int) -> None: ...
+        def on_exhausted(self, name: str, report: ExhaustionReport) -> None: ...
+
+    class MinimalBudget:  # the two methods of a BudgetObserver
+        def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None: ...
+        def on_budget_fallback(self, name: str, error: BaseException) -> None: ...
+
+    assert isinstance(Minimal(), RetryObserver)
+    assert isinstance(MinimalBudget(), BudgetObserver)
+    assert not isinstance(MinimalBudget(), RetryObserver)
+    assert not isinstance(Minimal(), BudgetObserver)

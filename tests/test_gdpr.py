@@ -1,4 +1,4 @@
-"""Tests for tenacity_budget.deadlines (GDPR Art. 12(3) deadlines, Regulation 1182/71 Art. 3)."""
+"""Tests for tenacity_budget.gdpr (GDPR Art. 12(3) deadlines, Regulation 1182/71 Art. 3)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import calendar
 import doctest
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenacity_budget import deadlines
-from tenacity_budget.deadlines import add_months, gdpr_response_deadline
+from tenacity_budget import gdpr
+from tenacity_budget.gdpr import add_months, gdpr_response_deadline
 from tests._helpers import iana_zone
 
 BERLIN = iana_zone("Europe/Berlin")
@@ -458,9 +459,31 @@ def test_out_of_range() -> None:
 
 
 def test_docstring_examples() -> None:
-    failures, tried = doctest.testmod(deadlines, raise_on_error=False)
+    failures, tried = doctest.testmod(gdpr, raise_on_error=False)
     assert tried > 0
     assert failures == 0
+
+
+def test_the_old_path_still_works_and_says_where_the_names_went() -> None:
+    import tenacity_budget.deadlines as old
+
+    for name in ("gdpr_response_deadline", "add_months"):
+        with pytest.warns(DeprecationWarning, match=f"import {name} from tenacity_budget.gdpr"):
+            assert getattr(old, name) is getattr(gdpr, name)
+    with pytest.warns(DeprecationWarning, match="tenacity_budget.gdpr") as caught:
+        from tenacity_budget.deadlines import gdpr_response_deadline as moved
+    assert moved is gdpr_response_deadline
+    assert caught[0].filename == __file__  # the warning points at the importing line
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        old.nothing  # noqa: B018
+
+
+def test_docs_and_tests_use_the_new_path() -> None:
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *(root / "docs").glob("*.md")]
+    for page in pages:
+        if page.name != "changelog.md":
+            assert "tenacity_budget.deadlines import" not in page.read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- properties
