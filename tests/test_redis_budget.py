@@ -135,7 +135,15 @@ def test_signature_defaults_and_kind(client: Any) -> None:
     assert type(budget) is RedisRetryBudget
     assert isinstance(budget.stop(), tenacity.stop.stop_base)
     assert (budget.ratio, budget.min_per_second, budget.ttl) == (0.2, 10.0, 10.0)
-    async_budget = RedisRetryBudget(redis.asyncio.Redis(), unique_name())
+    async_budget = AsyncRedisRetryBudget(redis.asyncio.Redis(), unique_name())
+    assert type(async_budget) is AsyncRedisRetryBudget
+    assert not isinstance(async_budget, RedisRetryBudget)  # siblings, not a subclass
+    # The spelling of one class for both clients keeps building the async sibling, deprecated.
+    with pytest.warns(DeprecationWarning, match="build AsyncRedisRetryBudget"):
+        old_spelling: Any = RedisRetryBudget(redis.asyncio.Redis(), unique_name())
+    assert type(old_spelling) is AsyncRedisRetryBudget
+    assert old_spelling.is_async is True
+    assert isinstance(old_spelling.stop(), async_stop_retry_budget)
     assert isinstance(async_budget, AsyncRedisRetryBudget)
     assert async_budget.is_async is True
     assert isinstance(async_budget.stop(), async_stop_retry_budget)
@@ -167,7 +175,7 @@ def test_bad_parameters_are_refused_at_construction(
 
 def test_a_client_that_is_not_redis_py_is_refused() -> None:
     with pytest.raises(TypeError, match=r"needs a redis\.Redis"):
-        RedisRetryBudget(object(), "x")  # type: ignore[call-overload]
+        RedisRetryBudget(object(), "x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"needs a redis\.asyncio\.Redis"):
         AsyncRedisRetryBudget(redis.Redis(), "x")
 
@@ -265,7 +273,7 @@ def test_noscript_reloads_the_script(client: Any) -> None:
     client.script_flush()
     assert grants(budget, 5) == 2
     assert not budget.degraded
-    assert client.script_exists(budget._script.sha) == [True]
+    assert client.script_exists(budget._state.script.sha) == [True]
     assert "redis.call('TIME')" in SCRIPT
 
 
@@ -379,7 +387,7 @@ def test_pending_deposits_are_flushed_within_ttl_over_10_without_a_decision(
 async def test_an_asyncio_budget_flushes_on_a_loop_timer(own_redis_server: RedisServer) -> None:
     watcher: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
     connection: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(connection, unique_name(), ttl=0.5, timeout=WAIT)
+    budget = AsyncRedisRetryBudget(connection, unique_name(), ttl=0.5, timeout=WAIT)
     await watcher.config_set("notify-keyspace-events", "Kh")
     pubsub = watcher.pubsub()
     await pubsub.subscribe(f"__keyspace@0__:{budget.key}")
@@ -567,7 +575,7 @@ async def async_client(redis_server: RedisServer) -> Any:
 
 
 async def test_asyncio_decisions_are_awaited_and_exact(async_client: Any) -> None:
-    budget = RedisRetryBudget(
+    budget = AsyncRedisRetryBudget(
         async_client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
     )
     for _ in range(100):
@@ -582,7 +590,7 @@ async def test_asyncio_decisions_are_awaited_and_exact(async_client: Any) -> Non
 
 
 async def test_asyncio_stop_is_the_top_level_stop_of_async_retrying(async_client: Any) -> None:
-    budget = RedisRetryBudget(
+    budget = AsyncRedisRetryBudget(
         async_client, unique_name(), ratio=0, min_per_second=0.2, ttl=10, timeout=WAIT
     )
     attempts = 0
@@ -607,7 +615,7 @@ async def test_asyncio_fault_falls_back_without_raising(
         own_redis_server.url, socket_timeout=5, retry=redis.asyncio.retry.Retry(NoBackoff(), 0)
     )
     recorder = Recorder()
-    budget = RedisRetryBudget(
+    budget = AsyncRedisRetryBudget(
         connection,
         unique_name(),
         ratio=0,
@@ -631,7 +639,7 @@ async def test_asyncio_fault_falls_back_without_raising(
 async def test_asyncio_slow_server_is_cut_at_the_timeout(own_redis_server: RedisServer) -> None:
     admin: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
     connection: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(connection, unique_name(), on_error="deny", timeout=0.2)
+    budget = AsyncRedisRetryBudget(connection, unique_name(), on_error="deny", timeout=0.2)
     await admin.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")
     try:
         assert await budget.try_withdraw() is False
