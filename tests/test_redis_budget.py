@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,15 @@ from tenacity_budget.redis import (
     AsyncRedisRetryBudget,
     RedisRetryBudget,
 )
-from tenacity_budget.retry_budget import BudgetObserver, RetryBudget, async_stop_retry_budget
+from tenacity_budget.retry_budget import (
+    ALWAYS,
+    NEVER,
+    AsyncBudget,
+    Budget,
+    BudgetObserver,
+    RetryBudget,
+    async_stop_retry_budget,
+)
 from tenacity_budget.testing import VirtualClock
 from tests._redis import (  # the redis_server and own_redis_server fixtures
     Recorder,
@@ -181,6 +190,54 @@ def test_a_client_that_is_not_redis_py_is_refused() -> None:
 
 
 # -- the rule, in Redis --------------------------------------------------------------------
+
+GRID_RATIOS = [0, 0.1, 0.2, Fraction(1, 3), 0.5, 1, 2.5]
+GRID_FLOORS = [0, 0.3, 1, 10]
+GRID_TTLS = [0.5, 1, 10, 60]
+GRID_DEPOSITS = [0, 1, 4, 5, 99, 100, 1000]
+
+
+def test_the_scripts_rule_is_budget_terms_grants_on_a_grid(client: Any) -> None:
+    """The Lua script grants exactly when ``BudgetTerms.grants`` does, and reports its
+    ``affordable`` as the balance, over a grid of (deposits, withdrawals, ratio,
+    min_per_second, ttl): withdrawals on both sides of each point's boundary.
+
+    The window is written straight into the budget's hash, in a slice far in the future
+    (the script adopts a stored slice later than its clock's), so no clock moves under it;
+    then one script call with the budget's own arguments asks for one more withdrawal.
+    """
+    checked = 0
+    for ratio in GRID_RATIOS:
+        for floor in GRID_FLOORS:
+            for ttl in GRID_TTLS:
+                budget = RedisRetryBudget(client, unique_name("grid"), ratio, floor, ttl)
+                terms, state = budget.terms, budget._state
+                width = state.static_args[0]
+                far = client.time()[0] * 1_000_000 // width + 10**6
+                for deposits in GRID_DEPOSITS:
+                    edge = terms.affordable(deposits, 0)
+                    for withdrawals in sorted({0, edge - 1, edge, edge + 1} - {-1}):
+                        client.delete(budget.key)
+                        client.hset(
+                            budget.key,
+                            mapping={
+                                "last": far,
+                                f"s{far % 10}": far,
+                                f"d{far % 10}": deposits,
+                                f"w{far % 10}": withdrawals,
+                            },
+                        )
+                        granted, balance = state.script(
+                            keys=state.keys, args=state.args([], withdraw=True)
+                        )
+                        expected = terms.grants(deposits, withdrawals + 1)
+                        assert bool(granted) is expected, (ratio, floor, ttl, deposits, withdrawals)
+                        after = withdrawals + int(expected)
+                        assert balance == terms.affordable(deposits, after)
+                        checked += 1
+                client.delete(budget.key)
+                budget.close()
+    assert checked > 2000
 
 
 def test_100_deposits_grant_exactly_20_then_10_more_grant_2(client: Any) -> None:
@@ -525,6 +582,74 @@ def test_allow_and_deny_decide_without_redis(
     assert recorder.decisions == [(budget.name, granted, None)] * 3
     assert budget.pending == 3  # kept for when Redis answers
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) >= 3
+
+
+@pytest.mark.parametrize(
+    ("on_error", "fallback"), [("allow", ALWAYS), ("deny", NEVER), ("local", None)]
+)
+def test_on_error_names_a_fallback_budget(client: Any, on_error: Any, fallback: Any) -> None:
+    budget = RedisRetryBudget(client, unique_name(), on_error=on_error)
+    assert budget.on_error == on_error
+    if fallback is None:
+        assert type(budget.fallback) is RetryBudget
+        assert budget.fallback.terms == budget.terms  # the same parameters, exactly
+    else:
+        assert budget.fallback is fallback
+    assert budget.local is budget.fallback
+    same = RedisRetryBudget(client, unique_name(), fallback=budget.fallback)
+    assert (same.on_error, same.fallback) == (on_error, budget.fallback)
+
+
+def test_a_fallback_budget_decides_without_redis_and_sees_every_deposit() -> None:
+    nothing = redis.Redis(port=free_port(), socket_timeout=5, retry=Retry(NoBackoff(), 0))
+    own = RetryBudget(ratio=1, min_per_second=0, ttl=10, name="own")
+    recorder = Recorder()
+    budget = RedisRetryBudget(
+        nothing, unique_name(), ratio=0, min_per_second=0, fallback=own, observers=recorder
+    )
+    for _ in range(3):
+        budget.deposit()
+    assert own.balance == 3  # every deposit reached the fallback
+    assert [budget.try_withdraw() for _ in range(4)] == [True, True, True, False]
+    assert budget.balance == 0  # the fallback's
+    assert len(recorder.fallbacks) == 4
+    assert [granted for _, granted, _ in recorder.decisions] == [True, True, True, False]
+    assert [balance for _, _, balance in recorder.decisions] == [2, 1, 0, 0]
+    budget.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"on_error": "deny", "fallback": ALWAYS}, ValueError, "not both"),
+        ({"fallback": "local"}, TypeError, "fallback must be a budget"),
+        ({"fallback": object()}, TypeError, "fallback must be a budget"),
+    ],
+)
+def test_bad_fallbacks_are_refused_at_construction(
+    client: Any, kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        RedisRetryBudget(client, "x", **kwargs)
+
+
+async def test_an_asyncio_budget_is_no_fallback(client: Any) -> None:
+    async_budget = AsyncRedisRetryBudget(redis.asyncio.Redis(), unique_name())
+    with pytest.raises(TypeError, match="fallback must be a budget decided in this process"):
+        RedisRetryBudget(client, "x", fallback=async_budget)  # type: ignore[arg-type]
+
+
+def test_the_budgets_are_the_protocols_they_claim_without_a_round_trip(client: Any) -> None:
+    # An isinstance check reads `balance` statically: a down server is never asked.
+    nothing = redis.Redis(port=free_port(), socket_timeout=5, retry=Retry(NoBackoff(), 0))
+    down = RedisRetryBudget(nothing, unique_name(), on_error="deny", observers=Recorder())
+    assert isinstance(down, Budget)
+    assert down.observers[0].decisions == []  # type: ignore[attr-defined]
+    assert isinstance(AsyncRedisRetryBudget(redis.asyncio.Redis(), unique_name()), AsyncBudget)
+    for budget in (RetryBudget(), ALWAYS, NEVER, RedisRetryBudget(client, unique_name())):
+        assert isinstance(budget, Budget)
+    assert not isinstance(object(), Budget)
+    down.close()
 
 
 def test_local_fallback_has_the_budgets_own_rule() -> None:
