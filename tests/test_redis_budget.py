@@ -6,6 +6,8 @@ in the middle of a run and start it again on the same port. No test sleeps to le
 window expire: the script's clock is moved with ``advance_clock`` (the documented test
 hook), and the client side runs on the virtual clock where time matters. Waiting for what
 a helper thread or timer does goes through Redis keyspace notifications, with a timeout.
+What every budget promises (the rule's figures, expiry, observers) is checked once, over
+every kind, in ``tests/test_budget_contract.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from tenacity import retry, retry_if_exception_type
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason
 from tenacity_budget.redis import (
-    CLOCK_SUFFIX,
     SCRIPT,
     AsyncRedisRetryBudget,
     RedisRetryBudget,
@@ -43,7 +44,6 @@ from tenacity_budget.retry_budget import (
     NEVER,
     AsyncBudget,
     Budget,
-    BudgetObserver,
     RetryBudget,
     async_stop_retry_budget,
 )
@@ -240,26 +240,6 @@ def test_the_scripts_rule_is_budget_terms_grants_on_a_grid(client: Any) -> None:
     assert checked > 2000
 
 
-def test_100_deposits_grant_exactly_20_then_10_more_grant_2(client: Any) -> None:
-    budget = RedisRetryBudget(
-        client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
-    )
-    deposit(budget, 100)
-    assert budget.balance == 20
-    assert grants(budget, 20) == 20
-    assert budget.try_withdraw() is False
-    deposit(budget, 10)
-    assert grants(budget, 5) == 2
-    assert window(client, budget) == (110, 22)
-
-
-def test_the_floor_alone_grants_exactly_min_per_second_times_ttl(client: Any) -> None:
-    budget = RedisRetryBudget(
-        client, unique_name(), min_per_second=10, ttl=10, ratio=0, timeout=WAIT
-    )
-    assert grants(budget, 250) == 100
-
-
 def test_a_refusal_writes_nothing(client: Any) -> None:
     budget = RedisRetryBudget(client, unique_name(), ratio=0.2, min_per_second=0, timeout=WAIT)
     deposit(budget, 5)
@@ -267,21 +247,6 @@ def test_a_refusal_writes_nothing(client: Any) -> None:
     before = client.hgetall(budget.key)
     assert grants(budget, 10) == 0
     assert client.hgetall(budget.key) == before
-
-
-def test_the_script_clock_expires_the_window_without_sleeping(client: Any) -> None:
-    budget = RedisRetryBudget(
-        client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
-    )
-    deposit(budget, 100)
-    assert grants(budget, 30) == 20
-    budget.advance_clock(9.5)
-    assert budget.try_withdraw() is False  # within ttl, the withdrawals still count
-    budget.advance_clock(0.5)
-    assert budget.balance == 0  # a full ttl later everything has left the window
-    deposit(budget, 100)
-    assert grants(budget, 30) == 20
-    assert client.exists(budget.key + CLOCK_SUFFIX) == 1
 
 
 def test_the_window_is_redis_time_not_the_client_clock(
@@ -699,21 +664,6 @@ async def async_client(redis_server: RedisServer) -> Any:
     await connection.aclose()
 
 
-async def test_asyncio_decisions_are_awaited_and_exact(async_client: Any) -> None:
-    budget = AsyncRedisRetryBudget(
-        async_client, unique_name(), ratio=0.2, min_per_second=0, ttl=10, timeout=WAIT
-    )
-    for _ in range(100):
-        budget.deposit()  # no await: counted in memory
-    assert await budget.balance == 20
-    assert [await budget.try_withdraw() for _ in range(21)] == [True] * 20 + [False]
-    for _ in range(10):
-        budget.deposit()
-    assert sum([await budget.try_withdraw() for _ in range(5)]) == 2
-    await budget.advance_clock(10)
-    assert await budget.balance == 0
-
-
 async def test_asyncio_stop_is_the_top_level_stop_of_async_retrying(async_client: Any) -> None:
     budget = AsyncRedisRetryBudget(
         async_client, unique_name(), ratio=0, min_per_second=0.2, ttl=10, timeout=WAIT
@@ -776,18 +726,6 @@ async def test_asyncio_slow_server_is_cut_at_the_timeout(own_redis_server: Redis
 
 
 # -- observers -----------------------------------------------------------------------------
-
-
-def test_observers_hear_redis_decisions_with_the_shared_balance(client: Any) -> None:
-    recorder = Recorder()
-    assert isinstance(recorder, BudgetObserver)
-    name = unique_name("observed")
-    budget = RedisRetryBudget(
-        client, name, ratio=0.5, min_per_second=0, observers=recorder, timeout=WAIT
-    )
-    deposit(budget, 4)
-    assert grants(budget, 3) == 2
-    assert recorder.decisions == [(name, True, 1), (name, True, 0), (name, False, 0)]
 
 
 def test_a_budgeted_run_ends_with_reason_retry_budget(client: Any) -> None:
