@@ -279,11 +279,11 @@ class RedisRetryBudget(_Shared, BudgetHooks):
 
     # -- the helper thread -----------------------------------------------------------------
 
-    def has_pending(self) -> bool:
+    def _has_pending(self) -> bool:
         """Whether deposits wait to be sent (the helper thread's flush timer)."""
         return bool(self._state.pending)
 
-    def flush_here(self) -> None:
+    def _flush_here(self) -> None:
         """Send the pending deposits from the calling thread (the helper's timer)."""
         state = self._state
         if not state.redis_due():
@@ -334,7 +334,7 @@ class RedisRetryBudget(_Shared, BudgetHooks):
         interpreter's exit longer than ``max(timeout, 1 s)``."""
         worker, state = self._worker, self._state
         if worker is None or not worker.alive:
-            self.flush_here()
+            self._flush_here()
             return
         batches = state.take() if state.redis_due() else []
         if not batches:

@@ -24,10 +24,10 @@ class NotRun(Exception):
 class Owner(Protocol):
     """What the thread flushes while it has no job: the budget's pending deposits."""
 
-    def has_pending(self) -> bool:
+    def _has_pending(self) -> bool:
         """Whether deposits wait to be sent."""
 
-    def flush_here(self) -> None:
+    def _flush_here(self) -> None:
         """Send them from the calling thread; never raises."""
 
 
@@ -90,14 +90,14 @@ class Worker:
         """The next job, flushing the owner's pending deposits while there is none."""
         while True:
             owner = ref()
-            pending = owner is not None and owner.has_pending()
+            pending = owner is not None and owner._has_pending()
             del owner
             try:
                 return self._jobs.get(timeout=self._interval if pending else None)
             except queue.Empty:
                 owner = ref()
                 if owner is not None:
-                    owner.flush_here()
+                    owner._flush_here()
                 del owner
 
     def _run(self, job: Job) -> None:
