@@ -71,6 +71,8 @@ class AsyncBudget(Protocol):
     :meth:`deposit` stays a plain call (it never waits); :meth:`try_withdraw` and
     :attr:`balance` return awaitables. A protocol of its own rather than a subtype of
     :class:`Budget`: an awaitable is not a ``bool``, so neither can stand for the other.
+    Their members share names, so ``isinstance`` cannot tell them apart: a budget's
+    ``is_async`` does.
     """
 
     def deposit(self) -> None:

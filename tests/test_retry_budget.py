@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import pickle
 import subprocess
 import sys
 import threading
@@ -32,7 +33,10 @@ from tenacity import retry, retry_if_exception_type
 import tenacity_budget
 from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason
 from tenacity_budget.retry_budget import (
+    ALWAYS,
+    NEVER,
     SLICES,
+    Budget,
     BudgetTerms,
     RetryBudget,
     async_stop_retry_budget,
@@ -723,6 +727,40 @@ def test_before_deposits_once_per_run_never_per_retry(virtual_clock: VirtualCloc
     assert fn() == 3
     # the run deposited 1 and withdrew 2: 1 + 1 - 2
     assert budget.balance == 0
+
+
+def test_always_and_never_are_budgets_for_plain_tenacity_and_policy_retry(
+    virtual_clock: VirtualClock,
+) -> None:
+    assert isinstance(ALWAYS, Budget)
+    assert isinstance(NEVER, Budget)
+    assert (ALWAYS.is_async, NEVER.is_async) == (False, False)
+    assert (repr(ALWAYS), repr(NEVER)) == ("ALWAYS", "NEVER")
+    assert (ALWAYS.balance, NEVER.balance) == (sys.maxsize, 0)
+    assert pickle.loads(pickle.dumps(NEVER)) is NEVER
+    never = budgeted(NEVER, fails=100)  # type: ignore[arg-type]
+    with pytest.raises(BudgetExhausted) as info:
+        never()
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+    assert never.calls["n"] == 1
+    assert budgeted(ALWAYS, fails=5)() == 6  # type: ignore[arg-type]  # 5 retries: the policy's
+
+    @POLICY.retry(budget=NEVER, retry=retry_if_exception_type(ConnectionError))
+    def refused() -> None:
+        raise ConnectionError("down")
+
+    with pytest.raises(BudgetExhausted) as info:
+        refused()
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+    assert info.value.report.attempts == 1
+
+    @POLICY.retry(budget=ALWAYS, retry=retry_if_exception_type(ConnectionError))
+    def granted() -> None:
+        raise ConnectionError("down")
+
+    with pytest.raises(BudgetExhausted) as info:
+        granted()
+    assert info.value.report.reason is StopReason.COUNT  # the policy ended it, not the budget
 
 
 def test_one_budget_serves_several_functions(virtual_clock: VirtualClock) -> None:

@@ -108,9 +108,8 @@ class _Shared(BudgetParameters):
         _ALL_BUDGETS.add(self)
 
     def _after_fork(self) -> None:
-        # In a forked child: the parent sends its own pending deposits, and the helper
-        # thread (or the loop's timer) did not survive the fork.
-        self._state.reset()
+        # In a forked child: the helper thread (or the loop's timer) did not survive the fork.
+        self._state.after_fork()
 
     def __repr__(self) -> str:
         t = self._terms

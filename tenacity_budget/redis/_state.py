@@ -181,6 +181,11 @@ class _State:
         self.pending = Pending()
         self.retry_at: float | None = None  # monotonic: Redis is not tried before it
         self.error: BaseException | None = None
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent sends its own pending deposits, and a lock another
+        thread held at the fork would never be released."""
+        self.reset()
         if self.recorder is not None:
             self.recorder._reset_lock()
 
