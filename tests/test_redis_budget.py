@@ -44,6 +44,7 @@ from tenacity_budget.retry_budget import (
     NEVER,
     AsyncBudget,
     Budget,
+    Number,
     RetryBudget,
     async_stop_retry_budget,
 )
@@ -149,7 +150,7 @@ def test_signature_defaults_and_kind(client: Any) -> None:
     assert not isinstance(async_budget, RedisRetryBudget)  # siblings, not a subclass
     # The spelling of one class for both clients keeps building the async sibling, deprecated.
     with pytest.warns(DeprecationWarning, match="build AsyncRedisRetryBudget"):
-        old_spelling: Any = RedisRetryBudget(redis.asyncio.Redis(), unique_name())
+        old_spelling: Any = RedisRetryBudget(redis.asyncio.Redis(), unique_name())  # type: ignore[arg-type]
     assert type(old_spelling) is AsyncRedisRetryBudget
     assert old_spelling.is_async is True
     assert isinstance(old_spelling.stop(), async_stop_retry_budget)
@@ -186,14 +187,14 @@ def test_a_client_that_is_not_redis_py_is_refused() -> None:
     with pytest.raises(TypeError, match=r"needs a redis\.Redis"):
         RedisRetryBudget(object(), "x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"needs a redis\.asyncio\.Redis"):
-        AsyncRedisRetryBudget(redis.Redis(), "x")
+        AsyncRedisRetryBudget(redis.Redis(), "x")  # type: ignore[arg-type]
 
 
 # -- the rule, in Redis --------------------------------------------------------------------
 
-GRID_RATIOS = [0, 0.1, 0.2, Fraction(1, 3), 0.5, 1, 2.5]
-GRID_FLOORS = [0, 0.3, 1, 10]
-GRID_TTLS = [0.5, 1, 10, 60]
+GRID_RATIOS: list[Number] = [0, 0.1, 0.2, Fraction(1, 3), 0.5, 1, 2.5]
+GRID_FLOORS: list[Number] = [0, 0.3, 1, 10]
+GRID_TTLS: list[Number] = [0.5, 1, 10, 60]
 GRID_DEPOSITS = [0, 1, 4, 5, 99, 100, 1000]
 
 
@@ -675,7 +676,8 @@ async def test_asyncio_stop_is_the_top_level_stop_of_async_retrying(async_client
         attempts += 1
         raise ConnectionError("down")
 
-    retrying = tenacity.AsyncRetrying(stop=budget.stop(), before=budget.before)
+    # tenacity's AsyncRetrying awaits an async top-level stop; its annotation says sync.
+    retrying = tenacity.AsyncRetrying(stop=budget.stop(), before=budget.before)  # type: ignore[arg-type]
     with pytest.raises(tenacity.RetryError):
         await retrying(down)
     assert attempts == 3  # the 2 retries of the floor, then refused

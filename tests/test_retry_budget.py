@@ -37,6 +37,7 @@ from tenacity_budget.retry_budget import (
     NEVER,
     SLICES,
     Budget,
+    BudgetHooks,
     BudgetTerms,
     RetryBudget,
     async_stop_retry_budget,
@@ -648,7 +649,7 @@ async def test_16_tasks_never_get_more_than_the_budget(virtual_clock: VirtualClo
 # -- the tenacity stop and before hook -------------------------------------------------------
 
 
-def budgeted(budget: RetryBudget, fails: int, policy: BackoffPolicy = POLICY) -> Any:
+def budgeted(budget: BudgetHooks, fails: int, policy: BackoffPolicy = POLICY) -> Any:
     """A function failing ``fails`` times, retried by plain tenacity with the budget."""
     calls = {"n": 0}
 
@@ -738,12 +739,12 @@ def test_always_and_never_are_budgets_for_plain_tenacity_and_policy_retry(
     assert (repr(ALWAYS), repr(NEVER)) == ("ALWAYS", "NEVER")
     assert (ALWAYS.balance, NEVER.balance) == (sys.maxsize, 0)
     assert pickle.loads(pickle.dumps(NEVER)) is NEVER
-    never = budgeted(NEVER, fails=100)  # type: ignore[arg-type]
+    never = budgeted(NEVER, fails=100)
     with pytest.raises(BudgetExhausted) as info:
         never()
     assert info.value.report.reason is StopReason.RETRY_BUDGET
     assert never.calls["n"] == 1
-    assert budgeted(ALWAYS, fails=5)() == 6  # type: ignore[arg-type]  # 5 retries: the policy's
+    assert budgeted(ALWAYS, fails=5)() == 6  # 5 retries: the policy's
 
     @POLICY.retry(budget=NEVER, retry=retry_if_exception_type(ConnectionError))
     def refused() -> None:
