@@ -289,6 +289,21 @@ def test_keys_share_one_hash_tag_expire_and_stay_small(client: Any) -> None:
     )
 
 
+def test_the_script_is_a_lua_file_shipped_in_the_package() -> None:
+    import tomllib
+    from importlib.resources import files
+
+    script = files("tenacity_budget.redis").joinpath("script.lua")
+    assert script.read_text(encoding="utf-8") == SCRIPT
+    assert SCRIPT.startswith("-- One decision of a tenacity-budget retry budget")
+    # hatchling puts every file of a listed package in the wheel, .lua included, unless a
+    # pattern excludes it (checked by hand on a built wheel: tenacity_budget/redis/script.lua)
+    build = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    assert build["targets"]["wheel"]["packages"] == ["tenacity_budget"]
+    excluded = [*build.get("exclude", []), *build["targets"]["wheel"].get("exclude", [])]
+    assert not any("lua" in pattern for pattern in excluded)
+
+
 def test_noscript_reloads_the_script(client: Any) -> None:
     budget = RedisRetryBudget(client, unique_name(), ratio=1, min_per_second=0, timeout=WAIT)
     deposit(budget, 3)
