@@ -509,14 +509,14 @@ async def _member_async(
 ) -> None:
     import redis.asyncio
 
-    from tenacity_budget.redis import RedisRetryBudget
+    from tenacity_budget.redis import AsyncRedisRetryBudget
 
     client = redis.asyncio.Redis.from_url(url, socket_timeout=1.0)
     # timeout=1.0: the bound the published figures were measured with (it used to come from
     # socket_timeout; the budget's own default is now 0.05 s)
     await client.ping()
     budget = (
-        RedisRetryBudget(client, name, p.ratio, p.min_per_second, p.ttl, timeout=1.0)
+        AsyncRedisRetryBudget(client, name, p.ratio, p.min_per_second, p.ttl, timeout=1.0)
         if use_budget
         else None
     )

@@ -1,90 +1,42 @@
 """Retry budgets: cap the retry traffic to a dependency at a share of its calls.
 
-A time budget (:class:`~tenacity_budget.BackoffPolicy`) bounds how long *one* call keeps
-retrying; nothing in it bounds retries *across* calls. When a dependency goes down, every
-caller retries it ``max_attempts()`` times and the load on the failing service multiplies
-exactly when it can least take it: a retry storm. A retry budget caps that, the way
-Finagle's ``RetryBudget``, Linkerd, Envoy and gRPC's retry throttling do::
-
-    budget = RetryBudget(ratio=0.2, min_per_second=10.0, ttl=10.0)   # the defaults
-
-    @policy.retry(budget=budget)
-    def fetch(): ...
-
-    # or with plain tenacity; the order of | matters (see below)
-    @retry(wait=policy.wait(), stop=policy.stop() | budget.stop(), before=budget.before)
-    def fetch(): ...
-
-**The rule** (Finagle's): every call *deposits* once (at its first attempt, never per
-retry) and every retry *withdraws* once; a withdrawal is granted only while, over the
-window, ::
-
-    withdrawals <= ratio * deposits + min_per_second * ttl
-
-so retries add at most ``ratio`` to the load, plus a floor of ``min_per_second`` retries per
-second that lets a quiet service retry at all. A refused withdrawal leaves the budget as it
-was, and the run it was asked for ends at once, without sleeping.
-
-**The window** is the last ``ttl`` seconds, kept as :data:`SLICES` (10) slices of exactly
-``ttl / 10`` seconds each, on the monotonic clock (:func:`time.monotonic`, so the
-:func:`~tenacity_budget.testing.virtual_clock` drives it): at any moment it holds the
-current slice and the nine before it. A deposit or withdrawal counts for between
-``0.9 * ttl`` and ``ttl`` seconds after it is made (``ttl`` exactly when it falls at the start
-of its slice) and never longer: nothing older than ``ttl`` counts. If the clock ever reads
-earlier than before (only a test clock does), the budget takes it as no time passing.
-
-**Exact counting.** The parameters are read as the decimals they are written as
-(``0.2`` is one fifth, not the binary float nearest to it) and every figure is an integer
-count in units of the common denominator, so ``RetryBudget(ratio=0.2, min_per_second=0)``
-grants exactly 20 retries for 100 deposits and refuses the 21st, and
-``RetryBudget(ratio=0, min_per_second=10, ttl=10)`` grants exactly 100 with no deposit at
-all; no float rounding can hand out or withhold a retry.
-
-**Composition order.** tenacity evaluates ``a | b`` left to right and stops at the first
-stop that says so, so in ``policy.stop() | budget.stop()`` the budget is only asked, and
-only spends a retry, when the policy would let the retry happen. Written the other way
-round, ``budget.stop() | policy.stop()`` withdraws for retries the policy then refuses, and
-those retries are lost to every other caller for ``ttl`` seconds. With ``&`` the budget
-would be asked for every retry and its refusal could be overruled: do not use it.
-
-One budget per dependency, shared by every function that calls it; thread- and
-task-safe (one lock, never held across an ``await``). For a budget shared by a whole fleet
-of processes, see :class:`tenacity_budget.redis.RedisRetryBudget`.
+Finagle's rule: every call *deposits* once, every retry *withdraws* once, and a withdrawal
+is granted only while ``withdrawals <= ratio * deposits + min_per_second * ttl`` over the
+last ``ttl`` seconds (:meth:`BudgetTerms.grants` states it; the Redis script follows it).
+:class:`Budget` and :class:`AsyncBudget` are what a budget does; :class:`RetryBudget` is the
+in-process one, counted exactly in integers, and :data:`ALWAYS` and :data:`NEVER` are the
+budgets that always and never grant. The window, the exact counting and the order of
+composition with a policy's stop are explained in docs/retry-budgets.md
+(``docs/retry-budgets.md``).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias
 
 from tenacity import RetryCallState
 from tenacity.stop import stop_base
 
+# typing_extensions (which pydantic depends on) reads members statically in its runtime
+# check: isinstance() never evaluates a budget's `balance` (a Redis round trip, or an
+# un-awaited coroutine for an async one), as typing's does on Python 3.11.
+from typing_extensions import Protocol, runtime_checkable
+
 from .exhaustion import StopReason
-from .instrumentation._protocols import BudgetObserver
+from .instrumentation._protocols import BudgetObserver as BudgetObserver
 from .state import stopped_by
 
-if TYPE_CHECKING:
-    from collections.abc import Awaitable
-
-__all__ = [
-    "SLICES",
-    "BudgetObserver",
-    "BudgetParameters",
-    "BudgetTerms",
-    "Number",
-    "RetryBudget",
-    "async_stop_retry_budget",
-    "budget_terms",
-    "stop_retry_budget",
-]
+# Importable, documented, but not the modules' public face: see the module docstring.
+__all__ = ["Budget", "RetryBudget"]
 
 Number: TypeAlias = float | Fraction | Decimal
 """What a budget parameter may be: an int, a float (read as the decimal it prints as), a
@@ -92,6 +44,48 @@ Number: TypeAlias = float | Fraction | Decimal
 
 SLICES = 10
 """Slices the ``ttl`` window is made of: an event counts for ``0.9 * ttl`` to ``ttl`` seconds."""
+
+
+@runtime_checkable
+class Budget(Protocol):
+    """A retry budget decided in the calling thread (Finagle's ``RetryBudget`` trait).
+
+    :class:`RetryBudget`, ``RedisRetryBudget``, :data:`ALWAYS` and :data:`NEVER` are ones;
+    so is any object with these three members. ``policy.retry(budget=...)`` calls
+    :meth:`deposit` once per run and :meth:`try_withdraw` once per retry the policy allows.
+    """
+
+    def deposit(self) -> None:
+        """Record one call (once per run, at its first attempt; never per retry)."""
+
+    def try_withdraw(self) -> bool:
+        """Take one retry if the budget affords it (``True``); else change nothing."""
+
+    @property
+    def balance(self) -> int:
+        """Retries :meth:`try_withdraw` would grant now."""
+
+
+@runtime_checkable
+class AsyncBudget(Protocol):
+    """A retry budget whose decisions are awaited (``AsyncRedisRetryBudget``).
+
+    :meth:`deposit` stays a plain call (it never waits); :meth:`try_withdraw` and
+    :attr:`balance` return awaitables. A protocol of its own rather than a subtype of
+    :class:`Budget`: an awaitable is not a ``bool``, so neither can stand for the other.
+    Their members share names, so ``isinstance`` cannot tell them apart: a budget's
+    ``is_async`` does.
+    """
+
+    def deposit(self) -> None:
+        """Record one call (once per run, at its first attempt; never per retry)."""
+
+    def try_withdraw(self) -> Awaitable[bool]:
+        """Take one retry if the budget affords it (awaited)."""
+
+    @property
+    def balance(self) -> Awaitable[int]:
+        """Retries :meth:`try_withdraw` would grant now (awaited)."""
 
 
 def observers_of(
@@ -149,9 +143,7 @@ def _decimal_fraction(value: Decimal, what: str) -> Fraction:
     if not end:
         return Fraction(0)
     exponent += len(digits) - end
-    if (exponent >= 0 and end + exponent > _WHOLE_DIGITS) or (
-        exponent < 0 and (-exponent > _FRACTION_PLACES or end > _FRACTION_DIGITS)
-    ):
+    if not _decimal_fits(end, exponent):
         raise _too_large(what, _shown(value))
     number = int("".join(map(str, digits[:end])))
     if sign:
@@ -160,6 +152,13 @@ def _decimal_fraction(value: Decimal, what: str) -> Fraction:
     if abs(exact.numerator) > _EXACT_LIMIT or exact.denominator > _EXACT_LIMIT:
         raise _too_large(what, _shown(value))
     return exact
+
+
+def _decimal_fits(digits: int, exponent: int) -> bool:
+    """Whether ``digits`` significant digits times ``10**exponent`` may fit ``_EXACT_LIMIT``."""
+    if exponent >= 0:
+        return digits + exponent <= _WHOLE_DIGITS
+    return -exponent <= _FRACTION_PLACES and digits <= _FRACTION_DIGITS
 
 
 def _exact(value: object, what: str, *, positive: bool = False) -> Fraction:
@@ -172,28 +171,40 @@ def _exact(value: object, what: str, *, positive: bool = False) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, numbers.Real | Decimal):
         raise TypeError(f"{what} must be a number, got {type(value).__name__}")
     if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise ValueError(f"{what} must be finite, got {value!r}")
-        if value < 0 or (positive and not value):
-            raise _out_of_range(what, value, positive)
-        return _decimal_fraction(value, what)
+        return _exact_decimal(value, what, positive)
     if isinstance(value, numbers.Rational):
-        numerator, denominator = int(value.numerator), int(value.denominator)
-        if numerator < 0 or (positive and not numerator):
-            raise _out_of_range(what, value, positive)
-        # int and Fraction are in lowest terms already; another Rational is reduced while
-        # that is cheap.
-        if (numerator > _EXACT_LIMIT or denominator > _EXACT_LIMIT) and max(
-            numerator.bit_length(), denominator.bit_length()
-        ) <= 4096:
-            reduced = Fraction(numerator, denominator)
-            numerator, denominator = reduced.numerator, reduced.denominator
-        if numerator > _EXACT_LIMIT or denominator > _EXACT_LIMIT:
-            shown = _shown_int(numerator)
-            if denominator != 1:
-                shown = f"{shown} / {_shown_int(denominator)}"
-            raise _too_large(what, shown)
-        return Fraction(numerator, denominator)
+        return _exact_rational(value, what, positive)
+    return _exact_float(value, what, positive)
+
+
+def _exact_decimal(value: Decimal, what: str, positive: bool) -> Fraction:
+    if not value.is_finite():
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    if value < 0 or (positive and not value):
+        raise _out_of_range(what, value, positive)
+    return _decimal_fraction(value, what)
+
+
+def _exact_rational(value: numbers.Rational, what: str, positive: bool) -> Fraction:
+    numerator, denominator = int(value.numerator), int(value.denominator)
+    if numerator < 0 or (positive and not numerator):
+        raise _out_of_range(what, value, positive)
+    # int and Fraction are in lowest terms already; another Rational is reduced while
+    # that is cheap.
+    if (numerator > _EXACT_LIMIT or denominator > _EXACT_LIMIT) and max(
+        numerator.bit_length(), denominator.bit_length()
+    ) <= 4096:
+        reduced = Fraction(numerator, denominator)
+        numerator, denominator = reduced.numerator, reduced.denominator
+    if numerator > _EXACT_LIMIT or denominator > _EXACT_LIMIT:
+        shown = _shown_int(numerator)
+        if denominator != 1:
+            shown = f"{shown} / {_shown_int(denominator)}"
+        raise _too_large(what, shown)
+    return Fraction(numerator, denominator)
+
+
+def _exact_float(value: numbers.Real, what: str, positive: bool) -> Fraction:
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"{what} must be finite, got {number!r}")
@@ -343,6 +354,73 @@ def _check_name(name: object) -> str:
     return name
 
 
+# -- the budgets ---------------------------------------------------------------------------------
+
+
+class BudgetHooks:
+    """``stop()`` and ``before`` on top of a sync :class:`Budget`'s ``try_withdraw`` and
+    ``deposit``: a base of every sync budget here, so the two hooks exist once."""
+
+    __slots__ = ()
+    name: str
+
+    def deposit(self) -> None:
+        """Record one call (overridden by every budget)."""
+        raise NotImplementedError
+
+    def try_withdraw(self) -> bool:
+        """Take one retry if affordable (overridden by every budget)."""
+        raise NotImplementedError
+
+    def stop(self) -> stop_retry_budget:
+        """A tenacity stop that withdraws one retry each time it is asked.
+
+        Compose it as ``policy.stop() | budget.stop()`` (see docs/retry-budgets.md).
+        """
+        return stop_retry_budget(self)
+
+    def before(self, retry_state: RetryCallState) -> None:
+        """A tenacity ``before=`` hook: :meth:`deposit` at the run's first attempt."""
+        if retry_state.attempt_number == 1:
+            self.deposit()
+
+
+class _Constant(BudgetHooks):
+    """A budget whose every decision is the same: Finagle's ``Infinite`` and ``Empty``."""
+
+    __slots__ = ("_granted", "name")
+    is_async: ClassVar[bool] = False
+
+    def __init__(self, granted: bool, name: str) -> None:
+        self._granted = granted
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name.upper()
+
+    def __reduce__(self) -> str:
+        return self.name.upper()  # pickled by name: unpickles to the one instance
+
+    def deposit(self) -> None:
+        """Nothing to record."""
+
+    def try_withdraw(self) -> bool:
+        """Always the same answer."""
+        return self._granted
+
+    @property
+    def balance(self) -> int:
+        """``sys.maxsize`` for :data:`ALWAYS` (no bound), ``0`` for :data:`NEVER`."""
+        return sys.maxsize if self._granted else 0
+
+
+ALWAYS: Final = _Constant(True, "always")
+"""The budget that grants every retry (retries as if there were no budget)."""
+
+NEVER: Final = _Constant(False, "never")
+"""The budget that refuses every retry (a run makes its first attempt only)."""
+
+
 # -- the in-process budget ---------------------------------------------------------------------
 
 
@@ -376,7 +454,7 @@ class BudgetParameters:
         return float(self._terms.ttl)
 
 
-class RetryBudget(BudgetParameters):
+class RetryBudget(BudgetParameters, BudgetHooks):
     """A retry budget for one dependency, in one process (see the module for the rule).
 
     Args:
@@ -401,7 +479,7 @@ class RetryBudget(BudgetParameters):
         20
     """
 
-    is_async = False
+    is_async: ClassVar[bool] = False
     """Whether :meth:`try_withdraw` must be awaited (never, for this budget)."""
 
     __slots__ = (
@@ -541,15 +619,6 @@ class RetryBudget(BudgetParameters):
     def _reset_lock(self) -> None:
         # For a child process forked while another thread may have held the lock.
         self._lock = threading.Lock()
-
-    def stop(self) -> stop_retry_budget:
-        """A tenacity stop that withdraws one retry each time it is asked (see the class)."""
-        return stop_retry_budget(self)
-
-    def before(self, retry_state: RetryCallState) -> None:
-        """A tenacity ``before=`` hook: :meth:`deposit` at the run's first attempt."""
-        if retry_state.attempt_number == 1:
-            self.deposit()
 
 
 def _show(value: Fraction) -> str:

@@ -460,9 +460,9 @@ def test_a_retry_budget_must_be_a_synchronous_retry_budget() -> None:
         CeleryBudget(policy, dead_letter="dlq", budget=AsyncLedger(1))
     from redis.asyncio import Redis as AsyncRedis
 
-    from tenacity_budget.redis import RedisRetryBudget
+    from tenacity_budget.redis import AsyncRedisRetryBudget
 
-    async_budget = RedisRetryBudget(AsyncRedis(), "api")  # no connection is made
+    async_budget = AsyncRedisRetryBudget(AsyncRedis(), "api")  # no connection is made
     with pytest.raises(TypeError, match="asynchronous"):
         CeleryBudget(policy, dead_letter="dlq", budget=async_budget)  # type: ignore[arg-type]
     budget = RetryBudget()

@@ -33,7 +33,12 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason, deadline_scope
-from tenacity_budget.redis import CLOCK_SUFFIX, DEFAULT_TIMEOUT, RedisRetryBudget
+from tenacity_budget.redis import (
+    CLOCK_SUFFIX,
+    DEFAULT_TIMEOUT,
+    AsyncRedisRetryBudget,
+    RedisRetryBudget,
+)
 from tenacity_budget.testing import VirtualClock, virtual_clock
 from tests import _redis
 from tests._redis import (  # the redis_server and own_redis_server fixtures
@@ -75,9 +80,9 @@ def window(connection: Any, budget: RedisRetryBudget) -> tuple[int, int]:
 
 def settle(budget: RedisRetryBudget) -> None:
     """Wait until every call handed to the budget's helper thread so far has finished."""
-    from tenacity_budget.redis import _Job
+    from tenacity_budget.redis._worker import Job
 
-    probe = _Job(lambda: None)
+    probe = Job(lambda: None)
     budget._get_worker()._jobs.put(probe)
     probe.future.result(WAIT)
 
@@ -267,7 +272,7 @@ async def test_a_hard_deadline_async_run_drawing_from_a_paused_redis_ends_within
 ) -> None:
     recorder = Recorder()
     connection: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(
+    budget = AsyncRedisRetryBudget(
         connection, unique_name(), on_error="allow", timeout=30, observers=recorder
     )
     attempts = 0
@@ -316,7 +321,7 @@ async def test_async_calls_that_succeed_at_once_are_not_slowed_by_a_paused_redis
 ) -> None:
     recorder = Recorder()
     connection: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(connection, unique_name(), ttl=60, observers=recorder)
+    budget = AsyncRedisRetryBudget(connection, unique_name(), ttl=60, observers=recorder)
 
     @POLICY.retry(budget=budget, hard_deadline=True)
     async def fine() -> str:
@@ -684,7 +689,7 @@ async def test_the_flush_timer_of_a_run_that_is_over_still_flushes(
     # the flush must not inherit that scope's time left (none, by then).
     watcher: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
     connection: Any = redis.asyncio.Redis.from_url(own_redis_server.url)
-    budget = RedisRetryBudget(connection, unique_name(), ttl=0.5, timeout=WAIT)
+    budget = AsyncRedisRetryBudget(connection, unique_name(), ttl=0.5, timeout=WAIT)
     await watcher.config_set("notify-keyspace-events", "Kh")
     pubsub = watcher.pubsub()
     await pubsub.subscribe(f"__keyspace@0__:{budget.key}")

@@ -3,7 +3,8 @@
 Time is the virtual clock's (``virtual_clock``): windows expire by moving it, never by
 sleeping. The rule is checked exactly on the issue's figures, against a plain reference
 model (every event kept, counted by its slice) with Hypothesis, and under 16 threads and
-16 asyncio tasks with exact totals.
+16 asyncio tasks with exact totals. What every budget promises, the Redis ones too, is
+checked once in ``tests/test_budget_contract.py``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import pickle
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -32,8 +33,11 @@ from tenacity import retry, retry_if_exception_type
 import tenacity_budget
 from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason
 from tenacity_budget.retry_budget import (
+    ALWAYS,
+    NEVER,
     SLICES,
-    BudgetObserver,
+    Budget,
+    BudgetHooks,
     BudgetTerms,
     RetryBudget,
     async_stop_retry_budget,
@@ -76,20 +80,6 @@ def grants(budget: RetryBudget, attempts: int) -> int:
     return sum(budget.try_withdraw() for _ in range(attempts))
 
 
-@dataclass
-class Recorder:
-    """A BudgetObserver keeping every call it gets."""
-
-    decisions: list[tuple[str, bool, int | None]] = field(default_factory=list)
-    fallbacks: list[tuple[str, BaseException]] = field(default_factory=list)
-
-    def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None:
-        self.decisions.append((name, granted, balance))
-
-    def on_budget_fallback(self, name: str, error: BaseException) -> None:
-        self.fallbacks.append((name, error))
-
-
 # -- the interface -------------------------------------------------------------------------
 
 
@@ -120,26 +110,6 @@ def test_importing_the_package_does_not_import_redis() -> None:
 
 
 # -- the issue's exact figures -------------------------------------------------------------
-
-
-def test_100_deposits_grant_exactly_20_then_10_more_grant_2(virtual_clock: VirtualClock) -> None:
-    budget = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)
-    deposits(budget, 100)
-    assert budget.balance == 20
-    assert grants(budget, 20) == 20
-    assert budget.try_withdraw() is False  # the 21st
-    assert budget.balance == 0
-    deposits(budget, 10)
-    assert budget.balance == 2
-    assert grants(budget, 5) == 2
-
-
-def test_the_floor_alone_grants_exactly_min_per_second_times_ttl(
-    virtual_clock: VirtualClock,
-) -> None:
-    budget = RetryBudget(min_per_second=10, ttl=10, ratio=0)
-    assert budget.balance == 100
-    assert grants(budget, 250) == 100
 
 
 def test_defaults_grant_the_floor_plus_a_fifth_of_the_calls(virtual_clock: VirtualClock) -> None:
@@ -339,16 +309,6 @@ def test_huge_and_tiny_parameters_count_exactly(virtual_clock: VirtualClock) -> 
 
 
 # -- the window ----------------------------------------------------------------------------
-
-
-def test_a_window_expires_after_ttl_on_the_virtual_clock(virtual_clock: VirtualClock) -> None:
-    budget = RetryBudget(ratio=0.2, min_per_second=0, ttl=10)
-    deposits(budget, 100)
-    assert grants(budget, 30) == 20
-    virtual_clock.advance(10)
-    assert budget.balance == 0  # the deposits left with the withdrawals
-    deposits(budget, 100)
-    assert grants(budget, 30) == 20
 
 
 def test_withdrawals_expire_too_so_the_floor_comes_back(virtual_clock: VirtualClock) -> None:
@@ -689,7 +649,7 @@ async def test_16_tasks_never_get_more_than_the_budget(virtual_clock: VirtualClo
 # -- the tenacity stop and before hook -------------------------------------------------------
 
 
-def budgeted(budget: RetryBudget, fails: int, policy: BackoffPolicy = POLICY) -> Any:
+def budgeted(budget: BudgetHooks, fails: int, policy: BackoffPolicy = POLICY) -> Any:
     """A function failing ``fails`` times, retried by plain tenacity with the budget."""
     calls = {"n": 0}
 
@@ -770,6 +730,40 @@ def test_before_deposits_once_per_run_never_per_retry(virtual_clock: VirtualCloc
     assert budget.balance == 0
 
 
+def test_always_and_never_are_budgets_for_plain_tenacity_and_policy_retry(
+    virtual_clock: VirtualClock,
+) -> None:
+    assert isinstance(ALWAYS, Budget)
+    assert isinstance(NEVER, Budget)
+    assert (ALWAYS.is_async, NEVER.is_async) == (False, False)
+    assert (repr(ALWAYS), repr(NEVER)) == ("ALWAYS", "NEVER")
+    assert (ALWAYS.balance, NEVER.balance) == (sys.maxsize, 0)
+    assert pickle.loads(pickle.dumps(NEVER)) is NEVER
+    never = budgeted(NEVER, fails=100)
+    with pytest.raises(BudgetExhausted) as info:
+        never()
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+    assert never.calls["n"] == 1
+    assert budgeted(ALWAYS, fails=5)() == 6  # 5 retries: the policy's
+
+    @POLICY.retry(budget=NEVER, retry=retry_if_exception_type(ConnectionError))
+    def refused() -> None:
+        raise ConnectionError("down")
+
+    with pytest.raises(BudgetExhausted) as info:
+        refused()
+    assert info.value.report.reason is StopReason.RETRY_BUDGET
+    assert info.value.report.attempts == 1
+
+    @POLICY.retry(budget=ALWAYS, retry=retry_if_exception_type(ConnectionError))
+    def granted() -> None:
+        raise ConnectionError("down")
+
+    with pytest.raises(BudgetExhausted) as info:
+        granted()
+    assert info.value.report.reason is StopReason.COUNT  # the policy ended it, not the budget
+
+
 def test_one_budget_serves_several_functions(virtual_clock: VirtualClock) -> None:
     budget = RetryBudget(ratio=0, min_per_second=0.3, ttl=10)  # 3 retries
     first, second = budgeted(budget, fails=100), budgeted(budget, fails=100)
@@ -838,23 +832,7 @@ async def test_the_async_stop_is_awaited_and_refuses_composition() -> None:
         stop & POLICY.stop()
 
 
-# -- observers -----------------------------------------------------------------------------
-
-
-def test_observers_hear_every_decision_with_the_balance_after_it(
-    virtual_clock: VirtualClock,
-) -> None:
-    recorder = Recorder()
-    assert isinstance(recorder, BudgetObserver)
-    budget = RetryBudget(ratio=0.5, min_per_second=0, name="payments", observers=recorder)
-    deposits(budget, 4)
-    assert grants(budget, 3) == 2
-    assert recorder.decisions == [
-        ("payments", True, 1),
-        ("payments", True, 0),
-        ("payments", False, 0),
-    ]
-    assert recorder.fallbacks == []
+# -- the terms -----------------------------------------------------------------------------
 
 
 def test_terms_are_integers_in_one_unit() -> None:

@@ -50,8 +50,9 @@ class BudgetObserver(Protocol):
         """Budget ``name`` granted (``True``) or refused a retry.
 
         ``balance`` is what the budget would still grant right after this decision, or
-        ``None`` when it is not known (a Redis budget deciding ``on_error="allow"`` or
-        ``"deny"`` while Redis is unreachable).
+        ``None`` when it is not known (a Redis budget deciding on the ``ALWAYS`` or
+        ``NEVER`` fallback, ``on_error="allow"`` or ``"deny"``, while Redis is
+        unreachable).
         """
 
     def on_budget_fallback(self, name: str, error: BaseException) -> None:
