@@ -1,0 +1,423 @@
+"""Celery integration: a :class:`~tenacity_budget.BackoffPolicy` drives a task's retries.
+
+:class:`CeleryBudget` decorates a bound task: each countdown is retry ``n`` of the task's
+seeded schedule, the run's deadline travels in the message headers (so it holds on every
+worker and across restarts), and a spent task is dead-lettered. Celery is imported lazily:
+this module and its plan functions import without it. The guide is ``docs/celery.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, NoReturn, Protocol, TypeVar, cast
+
+from ..exhaustion import ExhaustionReport, StopReason
+from ..policy import BackoffPolicy
+from ..runtime import remaining_until
+from ..state import RunState
+from ._dead_letter import DeadLetter, TaskBudgetExhausted
+from ._dead_letter import DeadLetterDestination as DeadLetterDestination
+from ._dead_letter import DeadLetterQueue as DeadLetterQueue
+from ._headers import (
+    _BUDGET_ATTR,
+    _CURRENT_DEADLINE,
+    _connect_publish_hook,
+    _iso,
+    _read_seconds,
+    _read_time,
+    _redelivered,
+    current_deadline,
+    deadline_headers,
+)
+from ._headers import DEADLINE_HEADER as DEADLINE_HEADER
+from ._headers import LONGEST_HEADER as LONGEST_HEADER
+from ._headers import STARTED_HEADER as STARTED_HEADER
+from ._headers import _on_publish as _on_publish
+from ._headers import _stamp as _stamp
+from ._lazy import _import
+from ._plan import _LATEST as _LATEST
+from ._plan import RetryPlan as RetryPlan
+from ._plan import _explicit_deadline, _replay_schedule
+from ._plan import admit_attempt as admit_attempt
+from ._plan import plan_retry as plan_retry
+from ._plan import run_deadline as run_deadline
+from ._plan import seed_for as seed_for
+
+# The package's face; every other name above stays importable from here, as before the
+# split: the header constants, the plan functions, RetryPlan, DeadLetterQueue.
+__all__ = [
+    "CeleryBudget",
+    "DeadLetter",
+    "TaskBudgetExhausted",
+    "current_deadline",
+    "deadline_headers",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger(__name__)
+
+
+class _SyncRetryBudget(Protocol):
+    """What ``CeleryBudget(budget=...)`` takes: a :class:`~tenacity_budget.RetryBudget` or
+    a :class:`~tenacity_budget.redis.RedisRetryBudget` on a synchronous Redis client."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_async(self) -> bool: ...
+
+    def deposit(self) -> None: ...
+
+    def try_withdraw(self) -> bool: ...
+
+
+class CeleryBudget:
+    """Give a bound Celery task a retry budget: a decorator for the task's function.
+
+    Apply it below ``@app.task(bind=True, ...)``. Each failure that matches ``retry_on``
+    is retried through ``task.retry(countdown=...)`` for as long as the budget affords (see
+    :func:`plan_retry`); then the task is handed to ``dead_letter`` and fails with
+    :class:`TaskBudgetExhausted`. Other exceptions, and Celery's own ``Retry``, ``Reject``
+    and ``Ignore``, pass through untouched. Inside the task,
+    :func:`tenacity_budget.remaining` and :func:`current_deadline` describe the run.
+
+    Creating one connects a receiver to Celery's ``before_task_publish`` signal (once per
+    process): every message of a task decorated with a CeleryBudget is stamped with its
+    run's start (:data:`STARTED_HEADER`) when it is published, and with the deadline that
+    encloses the publisher (:data:`DEADLINE_HEADER`). Other tasks' messages are left alone.
+
+    Args:
+        policy: the budget.
+        dead_letter: where a spent task goes: a :class:`DeadLetterQueue`, a queue name (the
+            same), or a callable taking the :class:`DeadLetter` (called in the worker;
+            whatever it raises fails the task instead, so a letter is never dropped
+            silently). ``None`` (the default) hands it nowhere: the task fails with
+            :class:`TaskBudgetExhausted`, whose ``letter`` the result backend keeps, and a
+            warning is logged.
+        retry_on: the exception type(s) worth retrying (default: any ``Exception``).
+        budget: a retry budget shared by the calls of one dependency: a
+            :class:`~tenacity_budget.RetryBudget` (one per worker process) or, fleet-wide,
+            a :class:`~tenacity_budget.redis.RedisRetryBudget` on a synchronous Redis
+            client. Each task's first execution deposits one call; each retry the policy
+            allows is then withdrawn from it, and a refused one dead-letters the task with
+            reason ``retry_budget``.
+
+    Raises:
+        TypeError: for a policy that is not a BackoffPolicy, a bad destination or
+            ``retry_on``, or a ``budget`` that is not a retry budget or is asynchronous
+            (a Celery task is synchronous and cannot await its decisions).
+
+    Do not combine with Celery's ``autoretry_for``/``retry_backoff``: the policy replaces
+    them. Use ``acks_late=True`` so a retry survives a worker crash (see ``docs/celery.md``).
+    """
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        *,
+        dead_letter: DeadLetterDestination | None = None,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        budget: _SyncRetryBudget | None = None,
+    ) -> None:
+        if not isinstance(policy, BackoffPolicy):
+            raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
+        if isinstance(dead_letter, str):
+            dead_letter = DeadLetterQueue(dead_letter)
+        if (
+            dead_letter is not None
+            and not isinstance(dead_letter, DeadLetterQueue)
+            and not callable(dead_letter)
+        ):
+            raise TypeError(
+                "dead_letter must be a DeadLetterQueue, a queue name or a callable taking "
+                f"the DeadLetter, got {type(dead_letter).__name__}"
+            )
+        types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
+        if not types or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in types
+        ):
+            raise TypeError("retry_on must be an exception type or a tuple of them")
+        if budget is not None:
+            if not callable(getattr(budget, "deposit", None)) or not callable(
+                getattr(budget, "try_withdraw", None)
+            ):
+                raise TypeError(
+                    "budget must be a retry budget (tenacity_budget.RetryBudget or "
+                    f"tenacity_budget.redis.RedisRetryBudget), got {type(budget).__name__}"
+                )
+            if getattr(budget, "is_async", False):
+                raise TypeError(
+                    f"budget {getattr(budget, 'name', budget)!r} is asynchronous (a "
+                    "RedisRetryBudget on redis.asyncio): a Celery task is synchronous and "
+                    "cannot await its decisions; give it a RedisRetryBudget on a "
+                    "synchronous redis.Redis client with the same name"
+                )
+        self.policy = policy
+        self.dead_letter: DeadLetterQueue | Callable[[DeadLetter], object] | None = dead_letter
+        self.retry_on: tuple[type[BaseException], ...] = types
+        self.budget = budget
+        _connect_publish_hook()
+
+    def __repr__(self) -> str:
+        budget = "" if self.budget is None else f", budget={self.budget!r}"
+        return f"CeleryBudget({self.policy!r}, dead_letter={self.dead_letter!r}{budget})"
+
+    def schedule(self, task_id: str) -> list[float]:
+        """Every countdown the task with this id uses, in order, if it keeps failing."""
+        return self.policy.schedule(seed_for(task_id))
+
+    def __call__(self, fn: F) -> F:
+        """Decorate a bound task's function (its first argument is the task)."""
+
+        @functools.wraps(fn)
+        def run(task: Any, *args: Any, **kwargs: Any) -> Any:
+            return self._run(fn, task, args, kwargs)
+
+        setattr(run, _BUDGET_ATTR, self)
+        _connect_publish_hook()
+        return cast(F, run)
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    def _run(self, fn: Callable[..., Any], task: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+        Task = _import("celery").Task
+        TaskPredicate = _import("celery.exceptions").TaskPredicate
+
+        if not isinstance(task, Task):
+            raise TypeError(
+                "a CeleryBudget task must be bound: use @app.task(bind=True) above @budget"
+            )
+        request = task.request
+        if request.called_directly:
+            # A plain call (``task(...)``), not a message: no run to budget, no retry.
+            return fn(task, *args, **kwargs)
+        began = time.monotonic()
+        now = datetime.now(UTC)
+        # Stamped at publish time; a message published without the stamp (by a process
+        # that never made a CeleryBudget) starts its run at its first attempt.
+        started = _read_time(request, STARTED_HEADER) or now
+        deadline = _read_time(request, DEADLINE_HEADER)
+        longest = _read_seconds(request, LONGEST_HEADER)
+        retries = int(request.retries or 0)
+        end = run_deadline(self.policy, started, deadline)
+
+        late = admit_attempt(
+            self.policy, started=started, now=now, deadline=deadline, longest=longest
+        )
+        if late is not None:
+            # Too late to finish in time: never run an attempt past the deadline.
+            report = self._report(
+                attempts=retries,
+                slept=_replay_schedule(self.policy, request.id, retries).slept,
+                elapsed=(now - started).total_seconds(),
+                deadline=deadline,
+                reason=late,
+                exc=None,
+            )
+            self._give_up(task, args, kwargs, report, end, None)
+        if self.budget is not None and retries == 0 and not _redelivered(request):
+            # One call, one deposit: a first attempt the broker delivers again (its worker
+            # crashed, or its retry could not be published) was deposited the first time.
+            self.budget.deposit()
+
+        # remaining() inside the task counts down to the run's wall-clock end, and a
+        # budgeted task published from inside inherits that end as its deadline.
+        deadline_token = _CURRENT_DEADLINE.set(end)
+        try:
+            with remaining_until(end):
+                return fn(task, *args, **kwargs)
+        except self.retry_on as exc:
+            if isinstance(exc, TaskPredicate):
+                raise  # Celery's own Retry/Reject/Ignore: not a failure of the call
+            failure = exc
+        finally:
+            _CURRENT_DEADLINE.reset(deadline_token)
+        # The retry is published outside the attempt: its message carries the run's own
+        # headers on, not the run's end as a new explicit deadline.
+        longest = max(longest, time.monotonic() - began)
+        self._retry(task, args, kwargs, failure, started, deadline, longest, retries, end)
+
+    def _retry(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        exc: BaseException,
+        started: datetime,
+        deadline: datetime | None,
+        longest: float,
+        retries: int,
+        end: datetime,
+    ) -> NoReturn:
+        """Schedule the retry of a failed attempt, or give the task up."""
+        Reject = _import("celery.exceptions").Reject
+
+        request = task.request
+        plan = plan_retry(
+            self.policy,
+            task_id=request.id,
+            retries=retries,
+            started=started,
+            now=datetime.now(UTC),
+            deadline=deadline,
+            longest=longest,
+        )
+        reason = plan.reason
+        # The retry budget is asked only once the policy allows the retry: a run the
+        # policy ends never spends it.
+        if reason is None and self.budget is not None and not self.budget.try_withdraw():
+            reason = StopReason.RETRY_BUDGET
+        if reason is not None:
+            report = self._report(
+                attempts=plan.attempts,
+                slept=plan.slept,
+                elapsed=plan.elapsed,
+                deadline=deadline,
+                reason=reason,
+                exc=exc,
+            )
+            self._give_up(task, args, kwargs, report, end, exc)
+        headers = dict(request.headers or {})
+        headers[STARTED_HEADER] = _iso(started)
+        headers[LONGEST_HEADER] = longest
+        if deadline is not None:
+            headers[DEADLINE_HEADER] = _iso(deadline)
+        try:
+            retry = task.retry(
+                exc=exc,
+                countdown=plan.countdown,
+                max_retries=self.policy.max_attempts(),
+                headers=headers,
+                throw=False,
+            )
+        except Reject as rejected:
+            # Celery turns a retry it could not publish into Reject(requeue=False): the
+            # message would be dropped, and the run lost with it.
+            if rejected.requeue:
+                raise
+            self._unpublished(task, args, kwargs, exc, rejected.reason, plan, deadline, end)
+        raise retry from exc
+
+    def _unpublished(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        exc: BaseException,
+        error: object,
+        plan: RetryPlan,
+        deadline: datetime | None,
+        end: datetime,
+    ) -> NoReturn:
+        """The retry could not be published: requeue the message, or dead-letter the task.
+
+        With late acknowledgement the message is still the broker's: rejecting it with
+        requeue hands it back, to be delivered again (at once when the broker takes the
+        rejection; when the broker cannot even take that, the message stays
+        unacknowledged and the broker redelivers it on its own: Redis after the
+        visibility timeout, AMQP when the channel closes). The attempt then runs again,
+        if it can still end in time, and its retry is published then. A message is
+        requeued so once: if the retry of a redelivered message cannot be published
+        either, or the message was acknowledged before the attempt (early
+        acknowledgement), the task is dead-lettered with reason ``other``.
+        """
+        Reject = _import("celery.exceptions").Reject
+
+        name, task_id = task.name, task.request.id
+        if task.acks_late and not _redelivered(task.request):
+            logger.warning(
+                "%s[%s]: its retry could not be published (%r); the message is requeued "
+                "for the broker to deliver again",
+                name,
+                task_id,
+                error,
+            )
+            raise Reject(error, requeue=True) from exc
+        report = self._report(
+            attempts=plan.attempts,
+            slept=plan.slept,
+            elapsed=plan.elapsed,
+            deadline=deadline,
+            reason=StopReason.OTHER,
+            exc=exc,
+        )
+        self._give_up(
+            task,
+            args,
+            kwargs,
+            report,
+            end,
+            exc,
+            why=f"its retry could not be published ({error!r})",
+        )
+
+    def _report(
+        self,
+        *,
+        attempts: int,
+        slept: float,
+        elapsed: float,
+        deadline: datetime | None,
+        reason: StopReason,
+        exc: BaseException | None,
+    ) -> ExhaustionReport:
+        """The run's report, built by the one builder (:meth:`RunState.report`)."""
+        state = RunState(
+            budget=self.policy.max_elapsed,
+            affordable=self.policy.max_attempts(),
+            deadline=_explicit_deadline(self.policy, deadline),
+        )
+        state.attempts = attempts
+        state.slept = slept
+        state.elapsed = elapsed
+        state.reason = reason
+        return state.report(exc)
+
+    def _give_up(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        report: ExhaustionReport,
+        end: datetime,
+        exc: BaseException | None,
+        *,
+        why: str | None = None,
+    ) -> NoReturn:
+        letter = DeadLetter(
+            task=task.name,
+            task_id=task.request.id,
+            args=tuple(args),
+            kwargs=dict(kwargs),
+            report=report,
+            deadline=end,
+            dead_lettered_at=datetime.now(UTC),
+        )
+        if why is None:
+            why = _why(report.reason)
+        if isinstance(self.dead_letter, DeadLetterQueue):
+            self.dead_letter.publish(task.app, letter)
+        elif self.dead_letter is not None:
+            self.dead_letter(letter)
+        else:
+            logger.warning("%s[%s]: %s, no dead-letter destination", task.name, letter.task_id, why)
+        where = (
+            "no dead-letter destination (the letter is on this exception)"
+            if self.dead_letter is None
+            else f"handed to {self.dead_letter!r}"
+        )
+        message = f"{task.name}[{letter.task_id}]: {why} after {report.attempts} attempts; {where}"
+        raise TaskBudgetExhausted(message, letter.as_dict()) from exc
+
+
+def _why(reason: StopReason) -> str:
+    """Why a run was given up, in words: the words "retry budget" only for its refusals."""
+    if reason is StopReason.RETRY_BUDGET:
+        return f"retry budget refused the retry ({reason.value})"
+    return f"time budget exhausted ({reason.value})"
