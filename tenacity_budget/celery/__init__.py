@@ -24,7 +24,6 @@ from ._dead_letter import DeadLetterDestination as DeadLetterDestination
 from ._dead_letter import DeadLetterQueue as DeadLetterQueue
 from ._headers import (
     _BUDGET_ATTR,
-    _CURRENT_DEADLINE,
     _connect_publish_hook,
     _iso,
     _read_seconds,
@@ -226,9 +225,9 @@ class CeleryBudget:
             # crashed, or its retry could not be published) was deposited the first time.
             self.budget.deposit()
 
-        # remaining() inside the task counts down to the run's wall-clock end, and a
-        # budgeted task published from inside inherits that end as its deadline.
-        deadline_token = _CURRENT_DEADLINE.set(end)
+        # The run's end is the ambient deadline of the attempt (its one copy): remaining()
+        # and current_deadline() inside the task count down to it, and a budgeted task
+        # published from inside inherits it as its deadline.
         try:
             with remaining_until(end):
                 return fn(task, *args, **kwargs)
@@ -236,8 +235,6 @@ class CeleryBudget:
             if isinstance(exc, TaskPredicate):
                 raise  # Celery's own Retry/Reject/Ignore: not a failure of the call
             failure = exc
-        finally:
-            _CURRENT_DEADLINE.reset(deadline_token)
         # The retry is published outside the attempt: its message carries the run's own
         # headers on, not the run's end as a new explicit deadline.
         longest = max(longest, time.monotonic() - began)

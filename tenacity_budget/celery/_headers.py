@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping, MutableMapping
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,10 +24,6 @@ DEADLINE_HEADER = "tenacity_budget_deadline"
 """Message header: an explicit absolute deadline for the run (ISO 8601, UTC)."""
 LONGEST_HEADER = "tenacity_budget_longest"
 """Message header: the longest attempt of the run so far, in seconds."""
-
-_CURRENT_DEADLINE: ContextVar[datetime | None] = ContextVar(
-    "tenacity_budget_celery_deadline", default=None
-)
 
 
 def _utc(instant: datetime) -> datetime:
@@ -63,11 +58,12 @@ def current_deadline() -> datetime | None:
     """The absolute deadline of the budgeted task run in progress, or ``None`` outside one.
 
     Inside a task decorated with a :class:`CeleryBudget`, this is the run's deadline (UTC),
-    the same on every worker; pass it downstream. :func:`tenacity_budget.remaining` gives
-    the seconds left until it, and a budgeted task published from inside the attempt
+    the same on every worker (or an earlier one that encloses the attempt); pass it
+    downstream. It is the attempt's ambient deadline: :func:`tenacity_budget.remaining`
+    gives the seconds left until it, and a budgeted task published from inside the attempt
     inherits it.
     """
-    return _CURRENT_DEADLINE.get()
+    return ambient_deadline()
 
 
 def _parse_time(value: object, key: str) -> datetime | None:
@@ -175,9 +171,9 @@ def _on_publish(sender: object = None, headers: Any = None, **_: Any) -> None:
         return
     now = datetime.now(UTC)
     _stamp(headers, now, None)  # the run's start first: it is stamped whatever follows
-    # Inside an attempt of a budgeted task, its run's end is exact here; the ambient one is
-    # the same end (merged with any enclosing scope), as the time left from now.
-    _stamp(headers, now, earliest(_CURRENT_DEADLINE.get(), ambient_deadline()))
+    # Inside an attempt of a budgeted task, the ambient deadline is its run's end (exact: a
+    # wall-clock end), merged with any enclosing scope.
+    _stamp(headers, now, ambient_deadline())
 
 
 _hook_lock = threading.Lock()
