@@ -18,7 +18,6 @@ from typing import Any, NoReturn, Protocol, TypeVar, cast
 from ..exhaustion import ExhaustionReport, StopReason
 from ..policy import BackoffPolicy
 from ..runtime import remaining_until
-from ..state import RunState
 from ._dead_letter import DeadLetter, TaskBudgetExhausted
 from ._dead_letter import DeadLetterDestination as DeadLetterDestination
 from ._dead_letter import DeadLetterQueue as DeadLetterQueue
@@ -364,17 +363,17 @@ class CeleryBudget:
         reason: StopReason,
         exc: BaseException | None,
     ) -> ExhaustionReport:
-        """The run's report, built by the one builder (:meth:`RunState.report`)."""
-        state = RunState(
-            budget=self.policy.max_elapsed,
+        """The run's report, built by the report's own constructor from the run's figures."""
+        return ExhaustionReport(
+            attempts=attempts,
             affordable=self.policy.max_attempts(),
+            slept=slept,
+            elapsed=elapsed,
+            budget=self.policy.max_elapsed,
             deadline=_explicit_deadline(self.policy, deadline),
+            reason=reason,
+            last_exception=exc,
         )
-        state.attempts = attempts
-        state.slept = slept
-        state.elapsed = elapsed
-        state.reason = reason
-        return state.report(exc)
 
     def _give_up(
         self,
