@@ -39,7 +39,7 @@ from ._headers import _stamp as _stamp
 from ._lazy import _import
 from ._plan import _LATEST as _LATEST
 from ._plan import RetryPlan as RetryPlan
-from ._plan import _explicit_deadline, _replay_schedule
+from ._plan import _explicit_deadline, _plan_retry, _replay_schedule
 from ._plan import admit_attempt as admit_attempt
 from ._plan import plan_retry as plan_retry
 from ._plan import run_deadline as run_deadline
@@ -255,7 +255,7 @@ class CeleryBudget:
         Reject = _import("celery.exceptions").Reject
 
         request = task.request
-        plan = plan_retry(
+        plan = _plan_retry(
             self.policy,
             task_id=request.id,
             retries=retries,
@@ -263,12 +263,9 @@ class CeleryBudget:
             now=datetime.now(UTC),
             deadline=deadline,
             longest=longest,
+            grant=None if self.budget is None else self.budget.try_withdraw,
         )
         reason = plan.reason
-        # The retry budget is asked only once the policy allows the retry: a run the
-        # policy ends never spends it.
-        if reason is None and self.budget is not None and not self.budget.try_withdraw():
-            reason = StopReason.RETRY_BUDGET
         if reason is not None:
             report = self._report(
                 attempts=plan.attempts,

@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -114,13 +114,16 @@ def _stop_reason(
     now: datetime,
     deadline: datetime | None,
     next_attempt: float,
+    grant: Callable[[], bool] | None = None,
 ) -> StopReason | None:
-    """Ask :func:`~tenacity_budget.decision.decide`, with the run's instants as seconds.
+    """The one decision: :func:`~tenacity_budget.decision.decide`, then the retry budget.
 
     ``position`` is ``None`` for an attempt about to start (no sleep ahead of it). The
     datetimes are exact to a microsecond: the elapsed time is handed over less
     ``_RESOLUTION`` and the time to the deadline plus it, so a plan ending exactly at the
     budget's end or at the deadline is not refused for the rounding of its instants.
+    ``grant`` (a retry budget's ``try_withdraw``) is asked last, and only when every other
+    check allows the retry: a run the policy ends never spends it.
     """
     explicit = _explicit_deadline(policy, deadline)
     until = math.inf if explicit is None else (explicit - now).total_seconds()
@@ -130,16 +133,19 @@ def _stop_reason(
         sleep = math.inf if position.countdown is None else position.countdown
         total, error = add_compensated(position.total, position.error, sleep)
         slept_through = total + error
-    return decide(
-        attempts=attempts,
-        affordable=policy.max_attempts(),
-        sleep=sleep,
-        slept_through=slept_through,
-        elapsed=(now - started).total_seconds() - _RESOLUTION,
-        next_attempt=next_attempt,
-        budget=policy.max_elapsed,
-        until_deadline=until + _RESOLUTION,
+    reason = decide(
+        attempts,
+        policy.max_attempts(),
+        sleep,
+        slept_through,
+        (now - started).total_seconds() - _RESOLUTION,
+        next_attempt,
+        policy.max_elapsed,
+        until + _RESOLUTION,
     )
+    if reason is None and grant is not None and not grant():
+        return StopReason.RETRY_BUDGET
+    return reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +208,29 @@ def plan_retry(
         deadline: an explicit absolute deadline, if any.
         longest: the longest attempt of the run so far, in seconds.
     """
+    return _plan_retry(
+        policy,
+        task_id=task_id,
+        retries=retries,
+        started=started,
+        now=now,
+        deadline=deadline,
+        longest=longest,
+    )
+
+
+def _plan_retry(
+    policy: BackoffPolicy,
+    *,
+    task_id: str,
+    retries: int,
+    started: datetime,
+    now: datetime,
+    deadline: datetime | None,
+    longest: float,
+    grant: Callable[[], bool] | None = None,
+) -> RetryPlan:
+    """:func:`plan_retry`, with a retry budget's ``grant`` asked last (see _stop_reason)."""
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries!r}")
     check_aware(now, "now")
@@ -216,6 +245,7 @@ def plan_retry(
         now=now,
         deadline=deadline,
         next_attempt=need_attempt,
+        grant=grant,
     )
     countdown = position.countdown if reason is None else None
     elapsed = (now - started).total_seconds()
