@@ -75,6 +75,49 @@ class _SyncRetryBudget(Protocol):
     def try_withdraw(self) -> bool: ...
 
 
+def _destination(
+    dead_letter: DeadLetterDestination | None,
+) -> DeadLetterQueue | Callable[[DeadLetter], object] | None:
+    """``CeleryBudget(dead_letter=...)`` checked: a queue name becomes its queue."""
+    if isinstance(dead_letter, str):
+        return DeadLetterQueue(dead_letter)
+    if dead_letter is None or isinstance(dead_letter, DeadLetterQueue) or callable(dead_letter):
+        return dead_letter
+    raise TypeError(
+        "dead_letter must be a DeadLetterQueue, a queue name or a callable taking "
+        f"the DeadLetter, got {type(dead_letter).__name__}"
+    )
+
+
+def _exception_types(
+    retry_on: type[BaseException] | tuple[type[BaseException], ...],
+) -> tuple[type[BaseException], ...]:
+    """``CeleryBudget(retry_on=...)`` checked, as a tuple of exception types."""
+    types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
+    if not types or not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise TypeError("retry_on must be an exception type or a tuple of them")
+    return types
+
+
+def _sync_budget(budget: _SyncRetryBudget) -> _SyncRetryBudget:
+    """``CeleryBudget(budget=...)`` checked: a retry budget a synchronous task can ask."""
+    if not callable(getattr(budget, "deposit", None)) or not callable(
+        getattr(budget, "try_withdraw", None)
+    ):
+        raise TypeError(
+            "budget must be a retry budget (tenacity_budget.RetryBudget or "
+            f"tenacity_budget.redis.RedisRetryBudget), got {type(budget).__name__}"
+        )
+    if getattr(budget, "is_async", False):
+        raise TypeError(
+            f"budget {getattr(budget, 'name', budget)!r} is asynchronous (a "
+            "RedisRetryBudget on redis.asyncio): a Celery task is synchronous and "
+            "cannot await its decisions; give it a RedisRetryBudget on a "
+            "synchronous redis.Redis client with the same name"
+        )
+    return budget
+
+
 class CeleryBudget:
     """Give a bound Celery task a retry budget: a decorator for the task's function.
 
@@ -125,41 +168,12 @@ class CeleryBudget:
     ) -> None:
         if not isinstance(policy, BackoffPolicy):
             raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
-        if isinstance(dead_letter, str):
-            dead_letter = DeadLetterQueue(dead_letter)
-        if (
-            dead_letter is not None
-            and not isinstance(dead_letter, DeadLetterQueue)
-            and not callable(dead_letter)
-        ):
-            raise TypeError(
-                "dead_letter must be a DeadLetterQueue, a queue name or a callable taking "
-                f"the DeadLetter, got {type(dead_letter).__name__}"
-            )
-        types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
-        if not types or not all(
-            isinstance(t, type) and issubclass(t, BaseException) for t in types
-        ):
-            raise TypeError("retry_on must be an exception type or a tuple of them")
-        if budget is not None:
-            if not callable(getattr(budget, "deposit", None)) or not callable(
-                getattr(budget, "try_withdraw", None)
-            ):
-                raise TypeError(
-                    "budget must be a retry budget (tenacity_budget.RetryBudget or "
-                    f"tenacity_budget.redis.RedisRetryBudget), got {type(budget).__name__}"
-                )
-            if getattr(budget, "is_async", False):
-                raise TypeError(
-                    f"budget {getattr(budget, 'name', budget)!r} is asynchronous (a "
-                    "RedisRetryBudget on redis.asyncio): a Celery task is synchronous and "
-                    "cannot await its decisions; give it a RedisRetryBudget on a "
-                    "synchronous redis.Redis client with the same name"
-                )
         self.policy = policy
-        self.dead_letter: DeadLetterQueue | Callable[[DeadLetter], object] | None = dead_letter
-        self.retry_on: tuple[type[BaseException], ...] = types
-        self.budget = budget
+        self.dead_letter: DeadLetterQueue | Callable[[DeadLetter], object] | None = _destination(
+            dead_letter
+        )
+        self.retry_on: tuple[type[BaseException], ...] = _exception_types(retry_on)
+        self.budget = None if budget is None else _sync_budget(budget)
         _connect_publish_hook()
 
     def __repr__(self) -> str:

@@ -7,13 +7,13 @@ private app registry in one place, :func:`_registered_budget`. See ``docs/celery
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
 from .._config import check_aware, earliest
+from .._validate import seconds
 from ..runtime import ambient_deadline
 from ._lazy import _import
 from ._plan import _EARLIEST, _LATEST
@@ -79,13 +79,14 @@ def _read_time(request: Any, key: str) -> datetime | None:
 
 
 def _read_seconds(request: Any, key: str) -> float:
+    """A header of seconds (``0.0`` when absent); a malformed one is a ``ValueError``."""
     value = request.get(key)
     if value is None:
         return 0.0
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"header {key!r} must be a non-negative number, got {value!r}")
-    return seconds
+    try:
+        return seconds(float(value) if isinstance(value, str) else value, f"header {key!r}")
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"header {key!r} must be a non-negative number, got {value!r}") from exc
 
 
 def _eta(headers: Mapping[str, Any]) -> datetime | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from .._config import check_aware, earliest
+from .._validate import seconds
 from ..decision import decide
 from ..exhaustion import StopReason
 from ..policy import BackoffPolicy
@@ -69,9 +70,8 @@ def _explicit_deadline(policy: BackoffPolicy, deadline: datetime | None) -> date
 
 
 def _attempt_estimate(policy: BackoffPolicy, longest: float) -> float:
-    if math.isnan(longest) or longest < 0:
-        raise ValueError(f"longest must be a non-negative number of seconds, got {longest!r}")
-    return max(policy.attempt_duration, longest)
+    """The next attempt's estimated duration: ``attempt_duration``, or ``longest`` if longer."""
+    return max(policy.attempt_duration, seconds(longest, "longest", allow_inf=True))
 
 
 @dataclass(frozen=True, slots=True)
