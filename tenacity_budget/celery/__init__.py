@@ -12,6 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
@@ -33,13 +34,20 @@ from ._headers import (
 )
 from ._headers import DEADLINE_HEADER as DEADLINE_HEADER
 from ._headers import LONGEST_HEADER as LONGEST_HEADER
+from ._headers import SCHEDULE_HEADER as SCHEDULE_HEADER
 from ._headers import STARTED_HEADER as STARTED_HEADER
 from ._headers import _on_publish as _on_publish
 from ._headers import _stamp as _stamp
 from ._lazy import _import
 from ._plan import _LATEST as _LATEST
 from ._plan import RetryPlan as RetryPlan
-from ._plan import _explicit_deadline, _plan_retry, _replay_schedule
+from ._plan import (
+    _encode_cursor,
+    _explicit_deadline,
+    _plan_retry,
+    _schedule_position,
+    _SchedulePosition,
+)
 from ._plan import admit_attempt as admit_attempt
 from ._plan import plan_retry as plan_retry
 from ._plan import run_deadline as run_deadline
@@ -73,6 +81,54 @@ class _SyncRetryBudget(Protocol):
     def deposit(self) -> None: ...
 
     def try_withdraw(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    """What a task message says of its run, read once per attempt."""
+
+    now: datetime  # when the attempt began
+    started: datetime
+    deadline: datetime | None
+    longest: float
+    retries: int
+    end: datetime  # the run deadline
+    position: _SchedulePosition  # where the run stands in its schedule
+    fingerprint: str  # of the run's schedule: what its cursor header belongs to
+
+    @classmethod
+    def read(cls, policy: BackoffPolicy, request: Any) -> _Message:
+        """The run of ``request``: its headers, or the attempt's own start without them."""
+        now = datetime.now(UTC)
+        # Stamped at publish time; a message published without the stamp (by a process
+        # that never made a CeleryBudget) starts its run at its first attempt.
+        started = _read_time(request, STARTED_HEADER) or now
+        deadline = _read_time(request, DEADLINE_HEADER)
+        retries = int(request.retries or 0)
+        position, fingerprint = _schedule_position(
+            policy, request.id, retries, request.get(SCHEDULE_HEADER)
+        )
+        return cls(
+            now=now,
+            started=started,
+            deadline=deadline,
+            longest=_read_seconds(request, LONGEST_HEADER),
+            retries=retries,
+            end=run_deadline(policy, started, deadline),
+            position=position,
+            fingerprint=fingerprint,
+        )
+
+    def headers_on(self, request: Any, longest: float) -> dict[str, Any]:
+        """The headers of the run's next message: the run's own, carried on."""
+        headers = dict(request.headers or {})
+        headers[STARTED_HEADER] = _iso(self.started)
+        headers[LONGEST_HEADER] = longest
+        if self.deadline is not None:
+            headers[DEADLINE_HEADER] = _iso(self.deadline)
+        if self.position.after is not None:
+            headers[SCHEDULE_HEADER] = _encode_cursor(self.position.after, self.fingerprint)
+        return headers
 
 
 def _destination(
@@ -205,44 +261,17 @@ class CeleryBudget:
             raise TypeError(
                 "a CeleryBudget task must be bound: use @app.task(bind=True) above @budget"
             )
-        request = task.request
-        if request.called_directly:
+        if task.request.called_directly:
             # A plain call (``task(...)``), not a message: no run to budget, no retry.
             return fn(task, *args, **kwargs)
         began = time.monotonic()
-        now = datetime.now(UTC)
-        # Stamped at publish time; a message published without the stamp (by a process
-        # that never made a CeleryBudget) starts its run at its first attempt.
-        started = _read_time(request, STARTED_HEADER) or now
-        deadline = _read_time(request, DEADLINE_HEADER)
-        longest = _read_seconds(request, LONGEST_HEADER)
-        retries = int(request.retries or 0)
-        end = run_deadline(self.policy, started, deadline)
-
-        late = admit_attempt(
-            self.policy, started=started, now=now, deadline=deadline, longest=longest
-        )
-        if late is not None:
-            # Too late to finish in time: never run an attempt past the deadline.
-            report = self._report(
-                attempts=retries,
-                slept=_replay_schedule(self.policy, request.id, retries).slept,
-                elapsed=(now - started).total_seconds(),
-                deadline=deadline,
-                reason=late,
-                exc=None,
-            )
-            self._give_up(task, args, kwargs, report, end, None)
-        if self.budget is not None and retries == 0 and not _redelivered(request):
-            # One call, one deposit: a first attempt the broker delivers again (its worker
-            # crashed, or its retry could not be published) was deposited the first time.
-            self.budget.deposit()
-
+        run = _Message.read(self.policy, task.request)
+        self._admit(task, args, kwargs, run)
         # The run's end is the ambient deadline of the attempt (its one copy): remaining()
         # and current_deadline() inside the task count down to it, and a budgeted task
         # published from inside inherits it as its deadline.
         try:
-            with remaining_until(end):
+            with remaining_until(run.end):
                 return fn(task, *args, **kwargs)
         except self.retry_on as exc:
             if isinstance(exc, TaskPredicate):
@@ -250,8 +279,33 @@ class CeleryBudget:
             failure = exc
         # The retry is published outside the attempt: its message carries the run's own
         # headers on, not the run's end as a new explicit deadline.
-        longest = max(longest, time.monotonic() - began)
-        self._retry(task, args, kwargs, failure, started, deadline, longest, retries, end)
+        longest = max(run.longest, time.monotonic() - began)
+        self._retry(task, args, kwargs, failure, run, longest)
+
+    def _admit(self, task: Any, args: tuple[Any, ...], kwargs: Any, run: _Message) -> None:
+        """Give the task up if its attempt would end late; deposit a first execution."""
+        late = admit_attempt(
+            self.policy,
+            started=run.started,
+            now=run.now,
+            deadline=run.deadline,
+            longest=run.longest,
+        )
+        if late is not None:
+            # Too late to finish in time: never run an attempt past the deadline.
+            report = self._report(
+                attempts=run.retries,
+                slept=run.position.slept,
+                elapsed=(run.now - run.started).total_seconds(),
+                deadline=run.deadline,
+                reason=late,
+                exc=None,
+            )
+            self._give_up(task, args, kwargs, report, run.end, None)
+        if self.budget is not None and run.retries == 0 and not _redelivered(task.request):
+            # One call, one deposit: a first attempt the broker delivers again (its worker
+            # crashed, or its retry could not be published) was deposited the first time.
+            self.budget.deposit()
 
     def _retry(
         self,
@@ -259,48 +313,39 @@ class CeleryBudget:
         args: tuple[Any, ...],
         kwargs: Any,
         exc: BaseException,
-        started: datetime,
-        deadline: datetime | None,
+        run: _Message,
         longest: float,
-        retries: int,
-        end: datetime,
     ) -> NoReturn:
         """Schedule the retry of a failed attempt, or give the task up."""
         Reject = _import("celery.exceptions").Reject
 
-        request = task.request
         plan = _plan_retry(
             self.policy,
-            task_id=request.id,
-            retries=retries,
-            started=started,
+            task_id=task.request.id,
+            retries=run.retries,
+            started=run.started,
             now=datetime.now(UTC),
-            deadline=deadline,
+            deadline=run.deadline,
             longest=longest,
             grant=None if self.budget is None else self.budget.try_withdraw,
+            position=run.position,
         )
-        reason = plan.reason
-        if reason is not None:
+        if plan.reason is not None:
             report = self._report(
                 attempts=plan.attempts,
                 slept=plan.slept,
                 elapsed=plan.elapsed,
-                deadline=deadline,
-                reason=reason,
+                deadline=run.deadline,
+                reason=plan.reason,
                 exc=exc,
             )
-            self._give_up(task, args, kwargs, report, end, exc)
-        headers = dict(request.headers or {})
-        headers[STARTED_HEADER] = _iso(started)
-        headers[LONGEST_HEADER] = longest
-        if deadline is not None:
-            headers[DEADLINE_HEADER] = _iso(deadline)
+            self._give_up(task, args, kwargs, report, run.end, exc)
         try:
             retry = task.retry(
                 exc=exc,
                 countdown=plan.countdown,
                 max_retries=self.policy.max_attempts(),
-                headers=headers,
+                headers=run.headers_on(task.request, longest),
                 throw=False,
             )
         except Reject as rejected:
@@ -308,7 +353,7 @@ class CeleryBudget:
             # message would be dropped, and the run lost with it.
             if rejected.requeue:
                 raise
-            self._unpublished(task, args, kwargs, exc, rejected.reason, plan, deadline, end)
+            self._unpublished(task, args, kwargs, exc, rejected.reason, plan, run)
         raise retry from exc
 
     def _unpublished(
@@ -319,8 +364,7 @@ class CeleryBudget:
         exc: BaseException,
         error: object,
         plan: RetryPlan,
-        deadline: datetime | None,
-        end: datetime,
+        run: _Message,
     ) -> NoReturn:
         """The retry could not be published: requeue the message, or dead-letter the task.
 
@@ -350,7 +394,7 @@ class CeleryBudget:
             attempts=plan.attempts,
             slept=plan.slept,
             elapsed=plan.elapsed,
-            deadline=deadline,
+            deadline=run.deadline,
             reason=StopReason.OTHER,
             exc=exc,
         )
@@ -359,7 +403,7 @@ class CeleryBudget:
             args,
             kwargs,
             report,
-            end,
+            run.end,
             exc,
             why=f"its retry could not be published ({error!r})",
         )

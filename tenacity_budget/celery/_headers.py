@@ -24,6 +24,9 @@ DEADLINE_HEADER = "tenacity_budget_deadline"
 """Message header: an explicit absolute deadline for the run (ISO 8601, UTC)."""
 LONGEST_HEADER = "tenacity_budget_longest"
 """Message header: the longest attempt of the run so far, in seconds."""
+SCHEDULE_HEADER = "tenacity_budget_schedule"
+"""Message header: where the run stands in its seeded schedule (the sums of its countdowns
+and the generator's state), so a retry continues it in O(1) rather than replaying it."""
 
 
 def _utc(instant: datetime) -> datetime:

@@ -6,11 +6,15 @@ clock), tested on numbers alone. See ``docs/celery.md``.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 import hashlib
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -18,8 +22,9 @@ from .._config import check_aware, earliest
 from .._validate import seconds
 from ..decision import decide
 from ..exhaustion import StopReason
+from ..jitter import jitter_for
 from ..policy import BackoffPolicy
-from ..solver import add_compensated
+from ..solver import add_compensated, nominal_delay
 
 # Wall-clock instants are datetimes, exact to a microsecond. The decision allows that much
 # (it is handed the elapsed time minus it and the time to the deadline plus it), so a plan
@@ -74,35 +79,184 @@ def _attempt_estimate(policy: BackoffPolicy, longest: float) -> float:
     return max(policy.attempt_duration, seconds(longest, "longest", allow_inf=True))
 
 
+def _add_exact(partials: tuple[float, ...], value: float) -> tuple[float, ...]:
+    """``partials`` (non-overlapping floats summing exactly to a running sum) plus ``value``.
+
+    Shewchuk's exact summation, the running form of :func:`math.fsum`: ``fsum(partials)``
+    is the correctly rounded sum of every value added, bit for bit what ``fsum`` of them
+    all returns, in constant time per value (a handful of partials for any run).
+    """
+    kept = []
+    for partial in partials:
+        if abs(value) < abs(partial):
+            value, partial = partial, value
+        high = value + partial
+        low = partial - (high - value)
+        if low:
+            kept.append(low)
+        value = high
+    kept.append(value)
+    return tuple(kept)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cursor:
+    """A run's place in its seeded schedule before retry ``retries`` is drawn.
+
+    All that continuing the schedule exactly takes: the sums of the countdowns already
+    made (compensated, as the schedule's sleep check keeps it, and exact), the previous
+    countdown (decorrelated jitter grows from it) and the generator's state. It travels in
+    the schedule header, so that a retry costs O(1) instead of a replay from retry 0.
+    """
+
+    retries: int
+    total: float  # compensated sum of the countdowns so far: total + error
+    error: float
+    partials: tuple[float, ...]  # their exact sum (see _add_exact)
+    previous: float  # the last countdown (0.0 before the first retry)
+    rng: tuple[int, ...] | None  # random.Random's state (None: the jitter draws nothing)
+
+    @property
+    def slept(self) -> float:
+        """The countdowns of the retries already made, summed exactly (``math.fsum``)."""
+        return math.fsum(self.partials)
+
+    def after(self, countdown: float, rng: random.Random | None) -> _Cursor:
+        """The cursor once retry ``retries`` is drawn (``countdown``, leaving ``rng`` so)."""
+        total, error = add_compensated(self.total, self.error, countdown)
+        state = None if rng is None else rng.getstate()[1]
+        partials = _add_exact(self.partials, countdown)
+        return _Cursor(self.retries + 1, total, error, partials, countdown, state)
+
+
 @dataclass(frozen=True, slots=True)
 class _SchedulePosition:
-    """Where a task stands in its seeded schedule before retry ``n``."""
+    """Where a task stands in its seeded schedule before retry ``n``, and after it."""
 
     slept: float  # the countdowns of the retries already made, summed exactly (fsum)
     total: float  # the same sum as the schedule itself keeps it: a compensated sum...
     error: float  # ...total + error (solver.add_compensated)
     countdown: float | None  # retry n's countdown; None when the schedule has no retry n
+    after: _Cursor | None = None  # the cursor once retry n is taken (None without it)
 
 
 def _replay_schedule(policy: BackoffPolicy, task_id: str, retries: int) -> _SchedulePosition:
     """The countdowns a task has slept before retry ``retries``, and that retry's countdown.
 
-    Walks the task's seeded schedule without keeping it: constant memory however long the
-    schedule. The sum is kept twice: exactly, for reports, and compensated as the
-    schedule's own sleep check keeps it, so the decision's sleep check repeats that check
-    bit for bit and never refuses a countdown the schedule has.
+    Walks the task's seeded schedule (``policy.iter_waits``) from retry 0 without keeping
+    it: constant memory, O(retries) time; the reference the cursor path must agree with,
+    and the path of a message without the schedule header. The sum is kept twice:
+    exactly, for reports, and compensated as the schedule's own sleep check keeps it, so
+    the decision's sleep check repeats that check bit for bit.
     """
-    waits = policy.iter_waits(random.Random(seed_for(task_id)))
-    total = error = 0.0
+    rng = random.Random(seed_for(task_id))
+    waits = policy.iter_waits(rng)
+    cursor = _Cursor(0, 0.0, 0.0, (), 0.0, None)
+    for wait in itertools.islice(waits, retries):
+        cursor = cursor.after(wait, None)
+    countdown = next(waits, None)
+    drew = rng if policy.jitter != "none" else None
+    after = None if countdown is None else cursor.after(countdown, drew)
+    return _SchedulePosition(cursor.slept, cursor.total, cursor.error, countdown, after)
 
-    def taken() -> Iterator[float]:
-        nonlocal total, error
-        for wait in itertools.islice(waits, retries):
-            total, error = add_compensated(total, error, wait)
-            yield wait
 
-    slept = math.fsum(taken())
-    return _SchedulePosition(slept, total, error, next(waits, None))
+def _continue_schedule(policy: BackoffPolicy, cursor: _Cursor) -> _SchedulePosition:
+    """:func:`_replay_schedule` from a cursor: retry ``cursor.retries`` drawn in O(1).
+
+    The step of ``policy.iter_waits``: the nominal delay of the retry (``cap`` from the
+    capped index on), jittered from the restored generator, and the schedule's own sleep
+    check on the compensated sum (past it, or past the affordable retries, it has no more).
+    """
+    n = cursor.retries
+    position = functools.partial(_SchedulePosition, cursor.slept, cursor.total, cursor.error)
+    if n >= policy.max_attempts():
+        return position(None)
+    if n >= policy.capped_index():
+        delay = policy.cap
+    else:
+        delay = nominal_delay(n, policy.base, policy.factor, policy.cap)
+    rng = None
+    if cursor.rng is not None:
+        rng = random.Random(0)
+        rng.setstate((3, cursor.rng, None))
+    countdown = jitter_for(policy.jitter)(delay, cursor.previous, policy.base, rng)
+    total, error = add_compensated(cursor.total, cursor.error, countdown)
+    if total + error > policy.max_elapsed:
+        return position(None)
+    return position(countdown, cursor.after(countdown, rng))
+
+
+def _fingerprint(policy: BackoffPolicy, task_id: str) -> str:
+    """What a cursor belongs to: the task's seed and every term the schedule depends on."""
+    terms = (
+        seed_for(task_id),
+        policy.base,
+        policy.factor,
+        policy.cap,
+        policy.max_elapsed,
+        policy.jitter,
+        policy.max_attempts(),
+    )
+    return hashlib.sha256(repr(terms).encode("utf-8")).hexdigest()[:16]
+
+
+_CURSOR_VERSION = "1"
+_MT_WORDS = 625  # random.Random's state: 624 words of the Mersenne Twister and its index
+
+
+def _encode_cursor(cursor: _Cursor, fingerprint: str) -> str:
+    """The the schedule header value of ``cursor``: text, exact (floats in hex)."""
+    rng = "-"
+    if cursor.rng is not None:
+        rng = base64.b64encode(struct.pack(f"<{_MT_WORDS}I", *cursor.rng)).decode("ascii")
+    return " ".join(
+        (
+            _CURSOR_VERSION,
+            fingerprint,
+            str(cursor.retries),
+            cursor.total.hex(),
+            cursor.error.hex(),
+            cursor.previous.hex(),
+            ",".join(p.hex() for p in cursor.partials),
+            rng,
+        )
+    )
+
+
+def _decode_cursor(value: object, fingerprint: str, retries: int) -> _Cursor | None:
+    """The cursor a the schedule header value holds for retry ``retries`` of the run
+    ``fingerprint`` names, or ``None`` (no header, another run's or policy's, malformed):
+    the header only saves a replay, so anything but an exact match is replayed instead."""
+    if not isinstance(value, str):
+        return None
+    fields = value.split(" ")
+    if len(fields) != 8 or fields[:3] != [_CURSOR_VERSION, fingerprint, str(retries)]:
+        return None
+    try:
+        total, error, previous = (float.fromhex(f) for f in fields[3:6])
+        partials = tuple(float.fromhex(p) for p in fields[6].split(",")) if fields[6] else ()
+        rng = None
+        if fields[7] != "-":
+            raw = base64.b64decode(fields[7].encode("ascii"), validate=True)
+            rng = struct.unpack(f"<{_MT_WORDS}I", raw)
+            random.Random(0).setstate((3, rng, None))  # refuses a state out of range
+    except (ValueError, TypeError, struct.error, binascii.Error):
+        return None
+    if not all(map(math.isfinite, (total, error, previous, *partials))):
+        return None
+    return _Cursor(retries, total, error, partials, previous, rng)
+
+
+def _schedule_position(
+    policy: BackoffPolicy, task_id: str, retries: int, header: object = None
+) -> tuple[_SchedulePosition, str]:
+    """Where the task stands before retry ``retries``: from the message's cursor when it
+    has a valid one (O(1)), else by replaying the schedule; and the run's fingerprint."""
+    fingerprint = _fingerprint(policy, task_id)
+    cursor = _decode_cursor(header, fingerprint, retries)
+    if cursor is None or (cursor.rng is None) != (policy.jitter == "none"):
+        return _replay_schedule(policy, task_id, retries), fingerprint
+    return _continue_schedule(policy, cursor), fingerprint
 
 
 def _stop_reason(
@@ -229,14 +383,17 @@ def _plan_retry(
     deadline: datetime | None,
     longest: float,
     grant: Callable[[], bool] | None = None,
+    position: _SchedulePosition | None = None,
 ) -> RetryPlan:
-    """:func:`plan_retry`, with a retry budget's ``grant`` asked last (see _stop_reason)."""
+    """:func:`plan_retry`, with a retry budget's ``grant`` asked last (see _stop_reason),
+    and the task's ``position`` in its schedule when the caller has it (else replayed)."""
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries!r}")
     check_aware(now, "now")
     end = run_deadline(policy, started, deadline)
     need_attempt = _attempt_estimate(policy, longest)
-    position = _replay_schedule(policy, task_id, retries)
+    if position is None:
+        position = _replay_schedule(policy, task_id, retries)
     reason = _stop_reason(
         policy,
         attempts=retries + 1,

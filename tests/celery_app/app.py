@@ -35,6 +35,7 @@ from kombu.exceptions import OperationalError
 import tenacity_budget
 from tenacity_budget import BackoffPolicy
 from tenacity_budget.celery import (
+    SCHEDULE_HEADER,
     STARTED_HEADER,
     CeleryBudget,
     DeadLetter,
@@ -232,6 +233,7 @@ def _attempt(task: Any, fails: int | None, *, hold: bool = False) -> dict[str, A
         "retries": request.retries,
         "hostname": request.hostname,
         "started": request.get(STARTED_HEADER),
+        "cursor": request.get(SCHEDULE_HEADER) is not None,
         "deadline": deadline.isoformat(),
         "remaining": left,
         "redelivered": bool((request.delivery_info or {}).get("redelivered")),
