@@ -14,6 +14,7 @@ import itertools
 import math
 import random
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -177,13 +178,24 @@ def _continue_schedule(policy: BackoffPolicy, cursor: _Cursor) -> _SchedulePosit
         delay = nominal_delay(n, policy.base, policy.factor, policy.cap)
     rng = None
     if cursor.rng is not None:
-        rng = random.Random(0)
+        rng = _generator()
         rng.setstate((3, cursor.rng, None))
     countdown = jitter_for(policy.jitter)(delay, cursor.previous, policy.base, rng)
     total, error = add_compensated(cursor.total, cursor.error, countdown)
     if total + error > policy.max_elapsed:
         return position(None)
     return position(countdown, cursor.after(countdown, rng))
+
+
+_GENERATORS = threading.local()
+
+
+def _generator() -> random.Random:
+    """This thread's generator for continuing schedules (its state is set before each use)."""
+    rng: random.Random | None = getattr(_GENERATORS, "rng", None)
+    if rng is None:
+        rng = _GENERATORS.rng = random.Random(0)
+    return rng
 
 
 def _fingerprint(policy: BackoffPolicy, task_id: str) -> str:
@@ -239,8 +251,9 @@ def _decode_cursor(value: object, fingerprint: str, retries: int) -> _Cursor | N
         if fields[7] != "-":
             raw = base64.b64decode(fields[7].encode("ascii"), validate=True)
             rng = struct.unpack(f"<{_MT_WORDS}I", raw)
-            random.Random(0).setstate((3, rng, None))  # refuses a state out of range
     except (ValueError, TypeError, struct.error, binascii.Error):
+        return None
+    if rng is not None and rng[-1] > _MT_WORDS - 1:  # the index setstate accepts
         return None
     if not all(map(math.isfinite, (total, error, previous, *partials))):
         return None
