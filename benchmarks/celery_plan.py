@@ -6,7 +6,10 @@ in its seeded schedule, the decision, and the headers of the retry's message. Tw
 * ``header``: the message carries its run's cursor (``SCHEDULE_HEADER``): one step of the
   schedule from it, then the next cursor encoded (O(1) per retry);
 * ``replay``: a message without it (published by the version before the header) replays
-  the schedule from retry 0 (O(n) per retry, O(n^2) per run).
+  the schedule from retry 0 once, keeping the exact sum as partials to hand the cursor on
+  (O(n), once per run: its next message carries the cursor);
+* ``plan_retry (the version before)``: the public :func:`plan_retry`, which replays as
+  every retry did before the header (O(n) per retry, O(n^2) per run).
 
 The policy is a one-month budget (``base=1, cap=60, max_elapsed=30 days, jitter="full"``,
 about 43,000 retries). Timed interleaved on the thread's CPU clock
@@ -26,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tenacity_budget import BackoffPolicy
+from tenacity_budget.celery import plan_retry
 from tenacity_budget.celery._plan import (
     _encode_cursor,
     _plan_retry,
@@ -73,11 +77,22 @@ def _planner(retries: int, header: str | None) -> Callable[[], object]:
 
 def build(retries: int) -> dict[str, Callable[[], object]]:
     """The two candidates at retry ``retries``: from the message's cursor, and replayed."""
-    before = _replay_schedule(POLICY, _TASK, retries - 1)
+    before = _replay_schedule(POLICY, _TASK, retries - 1, cursor=True)
     assert before.after is not None
     fingerprint = _schedule_position(POLICY, _TASK, 0)[1]
     header = _encode_cursor(before.after, fingerprint)
-    return {"header": _planner(retries, header), "replay": _planner(retries, None)}
+    slept = _replay_schedule(POLICY, _TASK, retries).slept
+    now = _T0 + timedelta(seconds=slept + retries)
+
+    def before_header() -> object:
+        # The previous version's per-retry work: the public plan_retry replays from retry 0.
+        return plan_retry(POLICY, task_id=_TASK, retries=retries, started=_T0, now=now)
+
+    return {
+        "header": _planner(retries, header),
+        "replay": _planner(retries, None),
+        "plan_retry (the version before)": before_header,
+    }
 
 
 def run(rounds: int, repeat: int, retries: tuple[int, ...] = RETRIES) -> dict[str, Any]:

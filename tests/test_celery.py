@@ -193,7 +193,7 @@ def _walk_by_header(
     header: str | None = None  # the first message carries no cursor
     for n in range(retries + 1):
         position, fingerprint = _schedule_position(policy, task_id, n, header)
-        yield n, position, _replay_schedule(policy, task_id, n)
+        yield n, position, _replay_schedule(policy, task_id, n, cursor=True)
         if position.after is None:
             return
         header = _encode_cursor(position.after, fingerprint)
@@ -250,7 +250,8 @@ def test_a_schedule_header_of_another_run_or_malformed_is_replayed_instead() -> 
     assert position.after is not None
     fingerprint = _schedule_position(policy, "t", 0)[1]
     header = _encode_cursor(position.after, fingerprint)
-    assert _schedule_position(policy, "t", 4, header)[0] == _replay_schedule(policy, "t", 4)
+    replayed = _replay_schedule(policy, "t", 4, cursor=True)
+    assert _schedule_position(policy, "t", 4, header)[0] == replayed
     other = policy.model_copy(update={"jitter": "full"})
     longer = BackoffPolicy(base=1, cap=4, max_elapsed=61, jitter="decorrelated")
     fields = header.split(" ")
@@ -267,7 +268,7 @@ def test_a_schedule_header_of_another_run_or_malformed_is_replayed_instead() -> 
         "another version": (policy, "t", 4, " ".join(["0", *fields[1:]])),
     }.items():
         got, _ = _schedule_position(p, task_id, retries, value)
-        assert got == _replay_schedule(p, task_id, retries), name
+        assert got == _replay_schedule(p, task_id, retries, cursor=True), name
 
 
 def test_plan_retry_reasons_with_a_fake_clock() -> None:

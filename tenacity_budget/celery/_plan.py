@@ -15,7 +15,7 @@ import math
 import random
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -80,24 +80,24 @@ def _attempt_estimate(policy: BackoffPolicy, longest: float) -> float:
     return max(policy.attempt_duration, seconds(longest, "longest", allow_inf=True))
 
 
-def _add_exact(partials: tuple[float, ...], value: float) -> tuple[float, ...]:
-    """``partials`` (non-overlapping floats summing exactly to a running sum) plus ``value``.
+def _add_exact(partials: list[float], value: float) -> None:
+    """Add ``value`` to ``partials`` (non-overlapping floats summing exactly to a sum).
 
     Shewchuk's exact summation, the running form of :func:`math.fsum`: ``fsum(partials)``
     is the correctly rounded sum of every value added, bit for bit what ``fsum`` of them
     all returns, in constant time per value (a handful of partials for any run).
     """
-    kept = []
+    kept = 0
     for partial in partials:
         if abs(value) < abs(partial):
             value, partial = partial, value
         high = value + partial
         low = partial - (high - value)
         if low:
-            kept.append(low)
+            partials[kept] = low
+            kept += 1
         value = high
-    kept.append(value)
-    return tuple(kept)
+    partials[kept:] = [value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +126,9 @@ class _Cursor:
         """The cursor once retry ``retries`` is drawn (``countdown``, leaving ``rng`` so)."""
         total, error = add_compensated(self.total, self.error, countdown)
         state = None if rng is None else rng.getstate()[1]
-        partials = _add_exact(self.partials, countdown)
-        return _Cursor(self.retries + 1, total, error, partials, countdown, state)
+        partials = list(self.partials)
+        _add_exact(partials, countdown)
+        return _Cursor(self.retries + 1, total, error, tuple(partials), countdown, state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,24 +142,39 @@ class _SchedulePosition:
     after: _Cursor | None = None  # the cursor once retry n is taken (None without it)
 
 
-def _replay_schedule(policy: BackoffPolicy, task_id: str, retries: int) -> _SchedulePosition:
+def _replay_schedule(
+    policy: BackoffPolicy, task_id: str, retries: int, *, cursor: bool = False
+) -> _SchedulePosition:
     """The countdowns a task has slept before retry ``retries``, and that retry's countdown.
 
     Walks the task's seeded schedule (``policy.iter_waits``) from retry 0 without keeping
     it: constant memory, O(retries) time; the reference the cursor path must agree with,
     and the path of a message without the schedule header. The sum is kept twice:
     exactly, for reports, and compensated as the schedule's own sleep check keeps it, so
-    the decision's sleep check repeats that check bit for bit.
+    the decision's sleep check repeats that check bit for bit. With ``cursor``, the exact
+    sum is kept as partials, slower, to hand on the cursor after retry ``retries``.
     """
     rng = random.Random(seed_for(task_id))
     waits = policy.iter_waits(rng)
-    cursor = _Cursor(0, 0.0, 0.0, (), 0.0, None)
-    for wait in itertools.islice(waits, retries):
-        cursor = cursor.after(wait, None)
+    total = error = previous = 0.0
+    partials: list[float] = []
+
+    def taken() -> Iterator[float]:
+        nonlocal total, error, previous
+        for wait in itertools.islice(waits, retries):
+            total, error = add_compensated(total, error, wait)
+            if cursor:
+                _add_exact(partials, wait)
+            previous = wait
+            yield wait
+
+    slept = math.fsum(taken())
     countdown = next(waits, None)
-    drew = rng if policy.jitter != "none" else None
-    after = None if countdown is None else cursor.after(countdown, drew)
-    return _SchedulePosition(cursor.slept, cursor.total, cursor.error, countdown, after)
+    after = None
+    if cursor and countdown is not None:
+        before = _Cursor(retries, total, error, tuple(partials), previous, None)
+        after = before.after(countdown, rng if policy.jitter != "none" else None)
+    return _SchedulePosition(slept, total, error, countdown, after)
 
 
 def _continue_schedule(policy: BackoffPolicy, cursor: _Cursor) -> _SchedulePosition:
@@ -268,7 +284,7 @@ def _schedule_position(
     fingerprint = _fingerprint(policy, task_id)
     cursor = _decode_cursor(header, fingerprint, retries)
     if cursor is None or (cursor.rng is None) != (policy.jitter == "none"):
-        return _replay_schedule(policy, task_id, retries), fingerprint
+        return _replay_schedule(policy, task_id, retries, cursor=True), fingerprint
     return _continue_schedule(policy, cursor), fingerprint
 
 
