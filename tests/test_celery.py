@@ -10,10 +10,12 @@ deadline".
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -255,6 +257,9 @@ def test_a_schedule_header_of_another_run_or_malformed_is_replayed_instead() -> 
     other = policy.model_copy(update={"jitter": "full"})
     longer = BackoffPolicy(base=1, cap=4, max_elapsed=61, jitter="decorrelated")
     fields = header.split(" ")
+    state = list(struct.unpack("<625I", base64.b64decode(fields[7])))
+    state[-1] = 625  # random.Random.setstate accepts an index up to 624
+    out_of_range = base64.b64encode(struct.pack("<625I", *state)).decode("ascii")
     for name, (p, task_id, retries, value) in {
         "another task": (policy, "u", 4, header),
         "another retry": (policy, "t", 5, header),
@@ -265,6 +270,8 @@ def test_a_schedule_header_of_another_run_or_malformed_is_replayed_instead() -> 
         "a bad float": (policy, "t", 4, " ".join([*fields[:3], "0x1.zp+0", *fields[4:]])),
         "a nan": (policy, "t", 4, " ".join([*fields[:3], "nan", *fields[4:]])),
         "no generator": (policy, "t", 4, " ".join([*fields[:7], "-"])),
+        "an index out of range": (policy, "t", 4, " ".join([*fields[:7], out_of_range])),
+        "not base64": (policy, "t", 4, " ".join([*fields[:7], "*" * len(fields[7])])),
         "another version": (policy, "t", 4, " ".join(["0", *fields[1:]])),
     }.items():
         got, _ = _schedule_position(p, task_id, retries, value)

@@ -252,7 +252,7 @@ def _encode_cursor(cursor: _Cursor, fingerprint: str) -> str:
 
 
 def _decode_cursor(value: object, fingerprint: str, retries: int) -> _Cursor | None:
-    """The cursor a the schedule header value holds for retry ``retries`` of the run
+    """The cursor a schedule header ``value`` holds for retry ``retries`` of the run
     ``fingerprint`` names, or ``None`` (no header, another run's or policy's, malformed):
     the header only saves a replay, so anything but an exact match is replayed instead."""
     if not isinstance(value, str):
@@ -263,17 +263,22 @@ def _decode_cursor(value: object, fingerprint: str, retries: int) -> _Cursor | N
     try:
         total, error, previous = (float.fromhex(f) for f in fields[3:6])
         partials = tuple(float.fromhex(p) for p in fields[6].split(",")) if fields[6] else ()
-        rng = None
-        if fields[7] != "-":
-            raw = base64.b64decode(fields[7].encode("ascii"), validate=True)
-            rng = struct.unpack(f"<{_MT_WORDS}I", raw)
+        rng = None if fields[7] == "-" else _decode_state(fields[7])
     except (ValueError, TypeError, struct.error, binascii.Error):
-        return None
-    if rng is not None and rng[-1] > _MT_WORDS - 1:  # the index setstate accepts
         return None
     if not all(map(math.isfinite, (total, error, previous, *partials))):
         return None
     return _Cursor(retries, total, error, partials, previous, rng)
+
+
+def _decode_state(text: str) -> tuple[int, ...]:
+    """A generator state as :func:`_encode_cursor` wrote it (raises for anything else)."""
+    state: tuple[int, ...] = struct.unpack(
+        f"<{_MT_WORDS}I", base64.b64decode(text.encode("ascii"), validate=True)
+    )
+    if state[-1] > _MT_WORDS - 1:  # the index random.Random.setstate accepts
+        raise ValueError("generator state index out of range")
+    return state
 
 
 def _schedule_position(
