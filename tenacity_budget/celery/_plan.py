@@ -1,7 +1,9 @@
 """The pure retry plan of a budgeted Celery task: seeds, the run deadline, the decision.
 
-Nothing here imports celery: a plan is a function of plain values (the glue passes the
-clock), tested on numbers alone. See ``docs/celery.md``.
+Also the walk of a task's seeded schedule: replayed from retry 0, or continued in O(1)
+from the cursor each retry's message carries. Nothing here imports celery: a plan is a
+function of plain values (the glue passes the clock), tested on numbers alone. See
+``docs/celery.md``.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ _LATEST = datetime.max.replace(tzinfo=UTC)
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
-def _after(instant: datetime, seconds: float) -> datetime:
-    """``instant + seconds``, held at :data:`_LATEST` when that is past ``datetime.max``."""
+def _after(instant: datetime, span: float) -> datetime:
+    """``instant + span`` seconds, held at :data:`_LATEST` when past ``datetime.max``."""
     try:
-        return instant + timedelta(seconds=seconds)
+        return instant + timedelta(seconds=span)
     except OverflowError:  # timedelta's own range, or datetime's
         return _LATEST
 
