@@ -154,9 +154,10 @@ class RabbitMQServer:
         output = _Output(proc.stdout)
         try:
             output.ready.wait(WAIT)
-        except BaseException:  # interrupted while waiting: leave no node behind
+        except BaseException:  # interrupted while waiting: leave no node, and no pipe, behind
             proc.kill()
             _waited(proc, WAIT)
+            output.close()
             raise
         if output.ended.is_set() or not output.ready.is_set():
             proc.kill()

@@ -10,10 +10,12 @@ deadline".
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -48,6 +50,13 @@ from tenacity_budget.celery import (
     plan_retry,
     run_deadline,
     seed_for,
+)
+from tenacity_budget.celery._plan import (
+    _decode_cursor,
+    _encode_cursor,
+    _replay_schedule,
+    _schedule_position,
+    _SchedulePosition,
 )
 from tenacity_budget.testing import virtual_clock
 from tests._helpers import policies as shared_policies
@@ -176,6 +185,97 @@ def test_a_run_of_failures_spends_exactly_the_schedule_it_fits(
         assert plan.reason in (StopReason.COUNT, StopReason.SLEEP_BUDGET)
     else:
         assert plan.reason in (StopReason.COUNT, StopReason.SLEEP_BUDGET, StopReason.DEADLINE)
+
+
+def _walk_by_header(
+    policy: BackoffPolicy, task_id: str, retries: int
+) -> Iterator[tuple[int, _SchedulePosition, _SchedulePosition]]:
+    """Each retry's position as a run of messages reaches it (each continuing the cursor
+    the previous one published), beside the replay from retry 0 (an old message's path)."""
+    header: str | None = None  # the first message carries no cursor
+    for n in range(retries + 1):
+        position, fingerprint = _schedule_position(policy, task_id, n, header)
+        yield n, position, _replay_schedule(policy, task_id, n, cursor=True)
+        if position.after is None:
+            return
+        header = _encode_cursor(position.after, fingerprint)
+        # The cursor path itself, not the replay it falls back to, reaches retry n + 1.
+        assert _decode_cursor(header, fingerprint, n + 1) == position.after
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    policy=shared_policies(most_retries=2_000),
+    task_id=task_ids,
+    retries=st.integers(0, 120),
+)
+def test_the_schedule_header_continues_the_seeded_schedule_exactly(
+    policy: BackoffPolicy, task_id: str, retries: int
+) -> None:
+    """The O(1) path (the cursor in SCHEDULE_HEADER) and the replay agree bit for bit."""
+    schedule = policy.schedule(seed_for(task_id))
+    for n, position, replayed in _walk_by_header(policy, task_id, retries):
+        assert position == replayed  # countdown, both sums and the next cursor, exactly
+        assert position.slept == math.fsum(schedule[:n])
+        if n < len(schedule):
+            assert position.countdown == schedule[n]
+            assert position.after is not None
+            assert position.after.retries == n + 1
+        else:
+            assert position.countdown is None
+            assert position.after is None
+
+
+@pytest.mark.parametrize("jitter", ["none", "full", "equal", "decorrelated"])
+def test_a_week_of_retries_walked_by_header_alone_is_the_seeded_schedule(jitter: str) -> None:
+    """Ten thousand retries, each continuing the previous message's cursor (no replay)."""
+    policy = BackoffPolicy(base=1, cap=60, max_elapsed=7 * 86_400, jitter=jitter)
+    schedule = policy.schedule(seed_for("weekly"))
+    assert len(schedule) > 10_000
+    countdowns: list[float | None] = []
+    header: str | None = None
+    for n in range(len(schedule) + 1):
+        position, fingerprint = _schedule_position(policy, "weekly", n, header)
+        countdowns.append(position.countdown)
+        if position.after is not None:
+            header = _encode_cursor(position.after, fingerprint)
+            assert _decode_cursor(header, fingerprint, n + 1) == position.after
+    assert countdowns == [*schedule, None]
+    assert position.slept == math.fsum(schedule)
+
+
+def test_a_schedule_header_of_another_run_or_malformed_is_replayed_instead() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=60, jitter="decorrelated")
+    walked = list(_walk_by_header(policy, "t", 8))
+    assert [p.countdown for _, p, _ in walked] == policy.schedule(seed_for("t"))[:9]
+    position = walked[3][1]
+    assert position.after is not None
+    fingerprint = _schedule_position(policy, "t", 0)[1]
+    header = _encode_cursor(position.after, fingerprint)
+    replayed = _replay_schedule(policy, "t", 4, cursor=True)
+    assert _schedule_position(policy, "t", 4, header)[0] == replayed
+    other = policy.model_copy(update={"jitter": "full"})
+    longer = BackoffPolicy(base=1, cap=4, max_elapsed=61, jitter="decorrelated")
+    fields = header.split(" ")
+    state = list(struct.unpack("<625I", base64.b64decode(fields[7])))
+    state[-1] = 625  # random.Random.setstate accepts an index up to 624
+    out_of_range = base64.b64encode(struct.pack("<625I", *state)).decode("ascii")
+    for name, (p, task_id, retries, value) in {
+        "another task": (policy, "u", 4, header),
+        "another retry": (policy, "t", 5, header),
+        "another jitter": (other, "t", 4, header),
+        "another budget": (longer, "t", 4, header),
+        "a number": (policy, "t", 4, 42),
+        "truncated": (policy, "t", 4, header[:-10]),
+        "a bad float": (policy, "t", 4, " ".join([*fields[:3], "0x1.zp+0", *fields[4:]])),
+        "a nan": (policy, "t", 4, " ".join([*fields[:3], "nan", *fields[4:]])),
+        "no generator": (policy, "t", 4, " ".join([*fields[:7], "-"])),
+        "an index out of range": (policy, "t", 4, " ".join([*fields[:7], out_of_range])),
+        "not base64": (policy, "t", 4, " ".join([*fields[:7], "*" * len(fields[7])])),
+        "another version": (policy, "t", 4, " ".join(["0", *fields[1:]])),
+    }.items():
+        got, _ = _schedule_position(p, task_id, retries, value)
+        assert got == _replay_schedule(p, task_id, retries, cursor=True), name
 
 
 def test_plan_retry_reasons_with_a_fake_clock() -> None:
@@ -818,6 +918,8 @@ def _check_run_log(task_id: str, calls: int) -> list[dict[str, Any]]:
     assert None not in started  # the run's start is stamped when the task is published...
     assert len(started) == 1  # ...and every retry carries it, unchanged
     assert len({a["deadline"] for a in attempts}) == 1
+    # Each retry continues the schedule from the cursor its message carries (no replay).
+    assert [a["cursor"] for a in attempts] == [False] + [True] * (calls - 1)
     return attempts
 
 

@@ -35,6 +35,7 @@ from kombu.exceptions import OperationalError
 import tenacity_budget
 from tenacity_budget import BackoffPolicy
 from tenacity_budget.celery import (
+    SCHEDULE_HEADER,
     STARTED_HEADER,
     CeleryBudget,
     DeadLetter,
@@ -96,12 +97,20 @@ def configure(
         # unacknowledged message goes back to its queue as soon as its worker's connection
         # closes (no visibility timeout).
         transport_options: dict[str, Any] = {"confirm_publish": True}
+        # A worker's event loop acknowledges a message at its next turn, which waits in
+        # poll() for the next timer, up to 10 s (kombu's Hub.fire_timers max_delay): with
+        # the prefetch window full of messages waiting for their acknowledgement, nothing
+        # else wakes it (seen after a broker restart: one run every ~10 s). The heartbeat
+        # check is a timer every broker_heartbeat / broker_heartbeat_checkrate seconds (0.5 s),
+        # so the loop turns at least twice a second.
+        heartbeat: dict[str, Any] = {"broker_heartbeat": 10, "broker_heartbeat_checkrate": 20}
     else:
         transport_options = {
             "visibility_timeout": visibility_timeout,
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
         }
+        heartbeat = {}
     app.conf.update(
         broker_url=broker,
         result_backend=redis_url,
@@ -120,6 +129,7 @@ def configure(
         broker_transport_options=transport_options,
         worker_send_task_events=False,
         task_send_sent_event=False,
+        **heartbeat,
     )
 
 
@@ -232,6 +242,7 @@ def _attempt(task: Any, fails: int | None, *, hold: bool = False) -> dict[str, A
         "retries": request.retries,
         "hostname": request.hostname,
         "started": request.get(STARTED_HEADER),
+        "cursor": request.get(SCHEDULE_HEADER) is not None,
         "deadline": deadline.isoformat(),
         "remaining": left,
         "redelivered": bool((request.delivery_info or {}).get("redelivered")),

@@ -84,6 +84,11 @@ class _Output:
         self.ready.set()
         stream.close()  # the worker has exited: its pipe is at its end
 
+    def join(self) -> None:
+        """Once the worker has exited: wait until its output is drained and its pipe closed
+        (a drain thread still running when the interpreter exits leaves the pipe open)."""
+        self._thread.join(WAIT)
+
 
 class Fleet:
     """Supervised ``celery worker --pool=solo`` processes on one queue."""
@@ -146,7 +151,7 @@ class Fleet:
         proc.wait(timeout=WAIT)
 
     def close(self) -> None:
-        for proc, _ in self.procs:
+        for proc, output in self.procs:
             if proc.poll() is None:
                 proc.terminate()
                 try:
@@ -154,6 +159,7 @@ class Fleet:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=WAIT)
+            output.join()
 
     def output(self) -> str:
         return "".join(line for _, out in self.procs for line in out.lines[-20:])
@@ -256,8 +262,9 @@ def run_scenario(
         # Every run ends by its deadline (published + max_elapsed at the latest), or never:
         # a run whose deadline passed while its message sat in the broker ends at its next
         # delivery (dead-lettered at once). After a broker restart, Celery's workers take
-        # redeliveries back slowly (seen: one run every ~10 s on RabbitMQ), so the wait goes
-        # on past the deadlines while runs still end, and gives up MARGIN after the last.
+        # redeliveries back slowly (one run every ~10 s on RabbitMQ before app.py gave the
+        # workers a heartbeat timer; see its configure()), so the wait goes on past the
+        # deadlines while runs still end, and gives up MARGIN after the last.
         give_up = published + tb.CRASH.max_elapsed + MARGIN
         pending = set(ids)
         progress = time.monotonic()

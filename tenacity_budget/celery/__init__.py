@@ -1,0 +1,474 @@
+"""Celery integration: a :class:`~tenacity_budget.BackoffPolicy` drives a task's retries.
+
+:class:`CeleryBudget` decorates a bound task: each countdown is retry ``n`` of the task's
+seeded schedule, the run's deadline travels in the message headers (so it holds on every
+worker and across restarts), and a spent task is dead-lettered. Celery is imported lazily:
+this module and its plan functions import without it. The guide is ``docs/celery.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn, Protocol, TypeVar, cast
+
+from ..exhaustion import ExhaustionReport, StopReason
+from ..policy import BackoffPolicy
+from ..runtime import remaining_until
+from ._dead_letter import DeadLetter, TaskBudgetExhausted
+from ._dead_letter import DeadLetterDestination as DeadLetterDestination
+from ._dead_letter import DeadLetterQueue as DeadLetterQueue
+from ._headers import (
+    _BUDGET_ATTR,
+    _connect_publish_hook,
+    _iso,
+    _read_seconds,
+    _read_time,
+    _redelivered,
+    current_deadline,
+    deadline_headers,
+)
+from ._headers import DEADLINE_HEADER as DEADLINE_HEADER
+from ._headers import LONGEST_HEADER as LONGEST_HEADER
+from ._headers import SCHEDULE_HEADER as SCHEDULE_HEADER
+from ._headers import STARTED_HEADER as STARTED_HEADER
+from ._headers import _on_publish as _on_publish
+from ._headers import _stamp as _stamp
+from ._lazy import _import
+from ._plan import _LATEST as _LATEST
+from ._plan import RetryPlan as RetryPlan
+from ._plan import (
+    _encode_cursor,
+    _explicit_deadline,
+    _plan_retry,
+    _schedule_position,
+    _SchedulePosition,
+)
+from ._plan import admit_attempt as admit_attempt
+from ._plan import plan_retry as plan_retry
+from ._plan import run_deadline as run_deadline
+from ._plan import seed_for as seed_for
+
+# The package's face; every other name above stays importable from here, as before the
+# split: the header constants, the plan functions, RetryPlan, DeadLetterQueue.
+__all__ = [
+    "CeleryBudget",
+    "DeadLetter",
+    "TaskBudgetExhausted",
+    "current_deadline",
+    "deadline_headers",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger(__name__)
+
+
+class _SyncRetryBudget(Protocol):
+    """What ``CeleryBudget(budget=...)`` takes: a :class:`~tenacity_budget.RetryBudget` or
+    a :class:`~tenacity_budget.redis.RedisRetryBudget` on a synchronous Redis client."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_async(self) -> bool: ...
+
+    def deposit(self) -> None: ...
+
+    def try_withdraw(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    """What a task message says of its run, read once per attempt."""
+
+    now: datetime  # when the attempt began
+    started: datetime
+    deadline: datetime | None
+    longest: float
+    retries: int
+    end: datetime  # the run deadline
+    position: _SchedulePosition  # where the run stands in its schedule
+    fingerprint: str  # of the run's schedule: what its cursor header belongs to
+
+    @classmethod
+    def read(cls, policy: BackoffPolicy, request: Any) -> _Message:
+        """The run of ``request``: its headers, or the attempt's own start without them."""
+        now = datetime.now(UTC)
+        # Stamped at publish time; a message published without the stamp (by a process
+        # that never made a CeleryBudget) starts its run at its first attempt.
+        started = _read_time(request, STARTED_HEADER) or now
+        deadline = _read_time(request, DEADLINE_HEADER)
+        retries = int(request.retries or 0)
+        position, fingerprint = _schedule_position(
+            policy, request.id, retries, request.get(SCHEDULE_HEADER)
+        )
+        return cls(
+            now=now,
+            started=started,
+            deadline=deadline,
+            longest=_read_seconds(request, LONGEST_HEADER),
+            retries=retries,
+            end=run_deadline(policy, started, deadline),
+            position=position,
+            fingerprint=fingerprint,
+        )
+
+    def headers_on(self, request: Any, longest: float) -> dict[str, Any]:
+        """The headers of the run's next message: the run's own, carried on."""
+        headers = dict(request.headers or {})
+        headers[STARTED_HEADER] = _iso(self.started)
+        headers[LONGEST_HEADER] = longest
+        if self.deadline is not None:
+            headers[DEADLINE_HEADER] = _iso(self.deadline)
+        if self.position.after is not None:
+            headers[SCHEDULE_HEADER] = _encode_cursor(self.position.after, self.fingerprint)
+        return headers
+
+
+def _destination(
+    dead_letter: DeadLetterDestination | None,
+) -> DeadLetterQueue | Callable[[DeadLetter], object] | None:
+    """``CeleryBudget(dead_letter=...)`` checked: a queue name becomes its queue."""
+    if isinstance(dead_letter, str):
+        return DeadLetterQueue(dead_letter)
+    if dead_letter is None or isinstance(dead_letter, DeadLetterQueue) or callable(dead_letter):
+        return dead_letter
+    raise TypeError(
+        "dead_letter must be a DeadLetterQueue, a queue name or a callable taking "
+        f"the DeadLetter, got {type(dead_letter).__name__}"
+    )
+
+
+def _exception_types(
+    retry_on: type[BaseException] | tuple[type[BaseException], ...],
+) -> tuple[type[BaseException], ...]:
+    """``CeleryBudget(retry_on=...)`` checked, as a tuple of exception types."""
+    types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
+    if not types or not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise TypeError("retry_on must be an exception type or a tuple of them")
+    return types
+
+
+def _sync_budget(budget: _SyncRetryBudget) -> _SyncRetryBudget:
+    """``CeleryBudget(budget=...)`` checked: a retry budget a synchronous task can ask."""
+    if not callable(getattr(budget, "deposit", None)) or not callable(
+        getattr(budget, "try_withdraw", None)
+    ):
+        raise TypeError(
+            "budget must be a retry budget (tenacity_budget.RetryBudget or "
+            f"tenacity_budget.redis.RedisRetryBudget), got {type(budget).__name__}"
+        )
+    if getattr(budget, "is_async", False):
+        raise TypeError(
+            f"budget {getattr(budget, 'name', budget)!r} is asynchronous (a "
+            "RedisRetryBudget on redis.asyncio): a Celery task is synchronous and "
+            "cannot await its decisions; give it a RedisRetryBudget on a "
+            "synchronous redis.Redis client with the same name"
+        )
+    return budget
+
+
+class CeleryBudget:
+    """Give a bound Celery task a retry budget: a decorator for the task's function.
+
+    Apply it below ``@app.task(bind=True, ...)``. Each failure that matches ``retry_on``
+    is retried through ``task.retry(countdown=...)`` for as long as the budget affords (see
+    :func:`plan_retry`); then the task is handed to ``dead_letter`` and fails with
+    :class:`TaskBudgetExhausted`. Other exceptions, and Celery's own ``Retry``, ``Reject``
+    and ``Ignore``, pass through untouched. Inside the task,
+    :func:`tenacity_budget.remaining` and :func:`current_deadline` describe the run.
+
+    Creating one connects a receiver to Celery's ``before_task_publish`` signal (once per
+    process): every message of a task decorated with a CeleryBudget is stamped with its
+    run's start (:data:`STARTED_HEADER`) when it is published, and with the deadline that
+    encloses the publisher (:data:`DEADLINE_HEADER`). Other tasks' messages are left alone.
+
+    Args:
+        policy: the budget.
+        dead_letter: where a spent task goes: a :class:`DeadLetterQueue`, a queue name (the
+            same), or a callable taking the :class:`DeadLetter` (called in the worker;
+            whatever it raises fails the task instead, so a letter is never dropped
+            silently). ``None`` (the default) hands it nowhere: the task fails with
+            :class:`TaskBudgetExhausted`, whose ``letter`` the result backend keeps, and a
+            warning is logged.
+        retry_on: the exception type(s) worth retrying (default: any ``Exception``).
+        budget: a retry budget shared by the calls of one dependency: a
+            :class:`~tenacity_budget.RetryBudget` (one per worker process) or, fleet-wide,
+            a :class:`~tenacity_budget.redis.RedisRetryBudget` on a synchronous Redis
+            client. Each task's first execution deposits one call; each retry the policy
+            allows is then withdrawn from it, and a refused one dead-letters the task with
+            reason ``retry_budget``.
+
+    Raises:
+        TypeError: for a policy that is not a BackoffPolicy, a bad destination or
+            ``retry_on``, or a ``budget`` that is not a retry budget or is asynchronous
+            (a Celery task is synchronous and cannot await its decisions).
+
+    Do not combine with Celery's ``autoretry_for``/``retry_backoff``: the policy replaces
+    them. Use ``acks_late=True`` so a retry survives a worker crash (see ``docs/celery.md``).
+    """
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        *,
+        dead_letter: DeadLetterDestination | None = None,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        budget: _SyncRetryBudget | None = None,
+    ) -> None:
+        if not isinstance(policy, BackoffPolicy):
+            raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self.dead_letter: DeadLetterQueue | Callable[[DeadLetter], object] | None = _destination(
+            dead_letter
+        )
+        self.retry_on: tuple[type[BaseException], ...] = _exception_types(retry_on)
+        self.budget = None if budget is None else _sync_budget(budget)
+        _connect_publish_hook()
+
+    def __repr__(self) -> str:
+        budget = "" if self.budget is None else f", budget={self.budget!r}"
+        return f"CeleryBudget({self.policy!r}, dead_letter={self.dead_letter!r}{budget})"
+
+    def schedule(self, task_id: str) -> list[float]:
+        """Every countdown the task with this id uses, in order, if it keeps failing."""
+        return self.policy.schedule(seed_for(task_id))
+
+    def __call__(self, fn: F) -> F:
+        """Decorate a bound task's function (its first argument is the task)."""
+
+        @functools.wraps(fn)
+        def run(task: Any, *args: Any, **kwargs: Any) -> Any:
+            return self._run(fn, task, args, kwargs)
+
+        setattr(run, _BUDGET_ATTR, self)
+        _connect_publish_hook()
+        return cast(F, run)
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    def _run(self, fn: Callable[..., Any], task: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+        Task = _import("celery").Task
+        TaskPredicate = _import("celery.exceptions").TaskPredicate
+
+        if not isinstance(task, Task):
+            raise TypeError(
+                "a CeleryBudget task must be bound: use @app.task(bind=True) above @budget"
+            )
+        if task.request.called_directly:
+            # A plain call (``task(...)``), not a message: no run to budget, no retry.
+            return fn(task, *args, **kwargs)
+        began = time.monotonic()
+        run = _Message.read(self.policy, task.request)
+        self._admit(task, args, kwargs, run)
+        # The run's end is the ambient deadline of the attempt (its one copy): remaining()
+        # and current_deadline() inside the task count down to it, and a budgeted task
+        # published from inside inherits it as its deadline.
+        try:
+            with remaining_until(run.end):
+                return fn(task, *args, **kwargs)
+        except self.retry_on as exc:
+            if isinstance(exc, TaskPredicate):
+                raise  # Celery's own Retry/Reject/Ignore: not a failure of the call
+            failure = exc
+        # The retry is published outside the attempt: its message carries the run's own
+        # headers on, not the run's end as a new explicit deadline.
+        longest = max(run.longest, time.monotonic() - began)
+        self._retry(task, args, kwargs, failure, run, longest)
+
+    def _admit(self, task: Any, args: tuple[Any, ...], kwargs: Any, run: _Message) -> None:
+        """Give the task up if its attempt would end late; deposit a first execution."""
+        late = admit_attempt(
+            self.policy,
+            started=run.started,
+            now=run.now,
+            deadline=run.deadline,
+            longest=run.longest,
+        )
+        if late is not None:
+            # Too late to finish in time: never run an attempt past the deadline.
+            report = self._report(
+                attempts=run.retries,
+                slept=run.position.slept,
+                elapsed=(run.now - run.started).total_seconds(),
+                deadline=run.deadline,
+                reason=late,
+                exc=None,
+            )
+            self._give_up(task, args, kwargs, report, run.end, None)
+        if self.budget is not None and run.retries == 0 and not _redelivered(task.request):
+            # One call, one deposit: a first attempt the broker delivers again (its worker
+            # crashed, or its retry could not be published) was deposited the first time.
+            self.budget.deposit()
+
+    def _retry(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        exc: BaseException,
+        run: _Message,
+        longest: float,
+    ) -> NoReturn:
+        """Schedule the retry of a failed attempt, or give the task up."""
+        Reject = _import("celery.exceptions").Reject
+
+        plan = _plan_retry(
+            self.policy,
+            task_id=task.request.id,
+            retries=run.retries,
+            started=run.started,
+            now=datetime.now(UTC),
+            deadline=run.deadline,
+            longest=longest,
+            grant=None if self.budget is None else self.budget.try_withdraw,
+            position=run.position,
+        )
+        if plan.reason is not None:
+            report = self._report(
+                attempts=plan.attempts,
+                slept=plan.slept,
+                elapsed=plan.elapsed,
+                deadline=run.deadline,
+                reason=plan.reason,
+                exc=exc,
+            )
+            self._give_up(task, args, kwargs, report, run.end, exc)
+        try:
+            retry = task.retry(
+                exc=exc,
+                countdown=plan.countdown,
+                max_retries=self.policy.max_attempts(),
+                headers=run.headers_on(task.request, longest),
+                throw=False,
+            )
+        except Reject as rejected:
+            # Celery turns a retry it could not publish into Reject(requeue=False): the
+            # message would be dropped, and the run lost with it.
+            if rejected.requeue:
+                raise
+            self._unpublished(task, args, kwargs, exc, rejected.reason, plan, run)
+        raise retry from exc
+
+    def _unpublished(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        exc: BaseException,
+        error: object,
+        plan: RetryPlan,
+        run: _Message,
+    ) -> NoReturn:
+        """The retry could not be published: requeue the message, or dead-letter the task.
+
+        With late acknowledgement the message is still the broker's: rejecting it with
+        requeue hands it back, to be delivered again (at once when the broker takes the
+        rejection; when the broker cannot even take that, the message stays
+        unacknowledged and the broker redelivers it on its own: Redis after the
+        visibility timeout, AMQP when the channel closes). The attempt then runs again,
+        if it can still end in time, and its retry is published then. A message is
+        requeued so once: if the retry of a redelivered message cannot be published
+        either, or the message was acknowledged before the attempt (early
+        acknowledgement), the task is dead-lettered with reason ``other``.
+        """
+        Reject = _import("celery.exceptions").Reject
+
+        name, task_id = task.name, task.request.id
+        if task.acks_late and not _redelivered(task.request):
+            logger.warning(
+                "%s[%s]: its retry could not be published (%r); the message is requeued "
+                "for the broker to deliver again",
+                name,
+                task_id,
+                error,
+            )
+            raise Reject(error, requeue=True) from exc
+        report = self._report(
+            attempts=plan.attempts,
+            slept=plan.slept,
+            elapsed=plan.elapsed,
+            deadline=run.deadline,
+            reason=StopReason.OTHER,
+            exc=exc,
+        )
+        self._give_up(
+            task,
+            args,
+            kwargs,
+            report,
+            run.end,
+            exc,
+            why=f"its retry could not be published ({error!r})",
+        )
+
+    def _report(
+        self,
+        *,
+        attempts: int,
+        slept: float,
+        elapsed: float,
+        deadline: datetime | None,
+        reason: StopReason,
+        exc: BaseException | None,
+    ) -> ExhaustionReport:
+        """The run's report, built by the report's own constructor from the run's figures."""
+        return ExhaustionReport(
+            attempts=attempts,
+            affordable=self.policy.max_attempts(),
+            slept=slept,
+            elapsed=elapsed,
+            budget=self.policy.max_elapsed,
+            deadline=_explicit_deadline(self.policy, deadline),
+            reason=reason,
+            last_exception=exc,
+        )
+
+    def _give_up(
+        self,
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        report: ExhaustionReport,
+        end: datetime,
+        exc: BaseException | None,
+        *,
+        why: str | None = None,
+    ) -> NoReturn:
+        letter = DeadLetter(
+            task=task.name,
+            task_id=task.request.id,
+            args=tuple(args),
+            kwargs=dict(kwargs),
+            report=report,
+            deadline=end,
+            dead_lettered_at=datetime.now(UTC),
+        )
+        if why is None:
+            why = _why(report.reason)
+        if isinstance(self.dead_letter, DeadLetterQueue):
+            self.dead_letter.publish(task.app, letter)
+        elif self.dead_letter is not None:
+            self.dead_letter(letter)
+        else:
+            logger.warning("%s[%s]: %s, no dead-letter destination", task.name, letter.task_id, why)
+        where = (
+            "no dead-letter destination (the letter is on this exception)"
+            if self.dead_letter is None
+            else f"handed to {self.dead_letter!r}"
+        )
+        message = f"{task.name}[{letter.task_id}]: {why} after {report.attempts} attempts; {where}"
+        raise TaskBudgetExhausted(message, letter.as_dict()) from exc
+
+
+def _why(reason: StopReason) -> str:
+    """Why a run was given up, in words: the words "retry budget" only for its refusals."""
+    if reason is StopReason.RETRY_BUDGET:
+        return f"retry budget refused the retry ({reason.value})"
+    return f"time budget exhausted ({reason.value})"
