@@ -1,47 +1,28 @@
-"""HTTP on the wire: ``Retry-After`` (:func:`parse_retry_after`, :func:`retry_after`) and the
-deadline header (:func:`format_timeout_ms`, :func:`parse_timeout_ms`).
+"""HTTP on the wire: the waits a server dictates and the deadline headers of every dialect.
 
-``Retry-After`` (RFC 9110 §10.2.3) is either a number of seconds or an HTTP-date. Both
-forms are parsed here, with the standard library (:mod:`email.utils`), so that a server's
-dictated wait never crashes a run::
-
-    from tenacity_budget.http import retry_after
-
-    @policy.retry(retry_after=retry_after, retry=retry_if_exception_type(httpx.HTTPStatusError))
-    def get_user(user_id: str) -> dict:
-        response = httpx.get(f"{base}/users/{user_id}", timeout=remaining(30.0))
-        response.raise_for_status()
-        return response.json()
-
-The number :func:`retry_after` returns replaces the backoff delay of that retry; the budget
-stop still guards it, so a ``Retry-After`` longer than the budget left ends the run
-(``BudgetExhausted``) instead of being slept. This module imports neither httpx nor
-requests: it reads any exception that carries a ``.response`` with ``.headers``.
-
-The deadline header, ``X-Request-Timeout-Ms`` (:data:`DEADLINE_HEADER`), carries the
-caller's time left in whole milliseconds, rounded down: written by
-:mod:`tenacity_budget.httpx`'s transports, read by :mod:`tenacity_budget.asgi`'s
-middleware. It is relative, so the two hosts' clocks need not agree.
+:func:`retry_after` (for ``policy.retry(retry_after=...)``) and :func:`wait_hint` read
+``Retry-After``, ``retry-after-ms``, ``x-ms-retry-after-ms`` and ``RateLimit-Reset`` from
+an exception, a response or its headers; :func:`parse_retry_after` reads one
+``Retry-After`` value. :data:`DIALECTS` maps each deadline header a mesh understands
+(ours, ``X-Request-Timeout-Ms``, gRPC's, Envoy's, Connect's) to the codec that parses and
+writes it. No HTTP library is imported. The guide, with the table of who reads which
+header, is docs/deadline-propagation.md.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from fractions import Fraction
 
 from ._config import check_aware
 
-__all__ = [
-    "DEADLINE_HEADER",
-    "format_timeout_ms",
-    "parse_retry_after",
-    "parse_timeout_ms",
-    "retry_after",
-]
+# DEADLINE_HEADER, format_timeout_ms and parse_timeout_ms stay importable from here (the
+# codec of our own dialect, DIALECTS["x-request-timeout-ms"], is made of the two functions).
+__all__ = ["parse_retry_after", "retry_after", "wait_hint"]
 
 DEADLINE_HEADER = "X-Request-Timeout-Ms"
 """The header that carries a caller's time left, in whole milliseconds."""
@@ -52,8 +33,6 @@ _DELAY_SECONDS = re.compile(r"[0-9]+", re.ASCII)
 
 # The obsolete RFC 850 form writes the year with two digits: "Sunday, 06-Nov-94 08:49:37 GMT".
 _RFC850_YEAR = re.compile(r"[0-9]{1,2}-[A-Za-z]{3}-([0-9]{2})(?![0-9])", re.ASCII)
-
-_HEADER = "Retry-After"
 
 _WHOLE_MS = re.compile(rb"[0-9]+", re.ASCII)
 # Milliseconds of more digits than this are far more seconds than a float holds (1.8e308);
@@ -149,27 +128,114 @@ def _rfc850_century(when: datetime, yy: int, now: datetime) -> datetime | None:
         return None
 
 
-def retry_after(exc: BaseException) -> float | None:
-    """The parsed ``Retry-After`` of the response an exception carries, else ``None``.
+def retry_after(exc: object) -> float | None:
+    """The wait the server asked for in the response an exception (or a response) carries.
 
-    Works with any exception that has a ``.response`` whose ``.headers`` is a mapping:
-    ``httpx.HTTPStatusError`` (from ``response.raise_for_status()``), ``requests.HTTPError``,
-    or your own. Usable as it is: ``policy.retry(retry_after=retry_after)``. An exception
-    without a response, or a response without the header, gives ``None`` (back off as
-    usual); it never raises. The value is read with :func:`parse_retry_after`.
+    Reads the headers of ``exc.headers`` (aiohttp's ``ClientResponseError``, a response
+    itself) or of ``exc.response.headers`` (``httpx.HTTPStatusError``,
+    ``requests.HTTPError``, your own) with :func:`wait_hint`. Usable as it is:
+    ``policy.retry(retry_after=retry_after)``. An object without headers, or headers
+    without a valid hint, gives ``None`` (back off as usual); it never raises.
     """
     try:
-        response = getattr(exc, "response", None)
-        headers = getattr(response, "headers", None)
+        headers = getattr(exc, "headers", None)
+        if not isinstance(headers, Mapping):
+            headers = getattr(getattr(exc, "response", None), "headers", None)
     except Exception:  # a property that raises (httpx's .request does): no response here
         return None
-    if not isinstance(headers, Mapping):
+    return wait_hint(headers)
+
+
+def wait_hint(headers: object, *, now: datetime | None = None) -> float | None:
+    """Seconds a response's headers ask the client to wait before trying again, or ``None``.
+
+    The smallest valid hint among ``Retry-After`` (:func:`parse_retry_after`: seconds or an
+    HTTP-date), ``retry-after-ms`` and ``x-ms-retry-after-ms`` (milliseconds, as Azure and
+    OpenAI-style APIs send them; a decimal fraction is accepted) wins. Only when none of
+    the three is valid, ``RateLimit-Reset`` in delta-seconds
+    (draft-ietf-httpapi-ratelimit-headers) is the hint. Names are matched in any case;
+    ``headers`` is any mapping (httpx, requests, aiohttp and plain dicts) or a sequence of
+    ``(name, value)`` pairs (ASGI's raw bytes). Malformed values are ignored; anything that
+    is not headers gives ``None``. Never raises, except for a ``now`` that is not a
+    timezone-aware datetime.
+    """
+    if now is not None:
+        check_aware(now, "now")
+    items: Iterable[object]
+    if isinstance(headers, Mapping):
+        items = headers.items()
+    elif isinstance(headers, list | tuple):
+        items = headers
+    else:
         return None
-    value = headers.get(_HEADER)
-    if value is None:
-        # httpx and requests headers ignore case; a plain dict does not.
-        value = next((v for k, v in headers.items() if str(k).lower() == "retry-after"), None)
-    return parse_retry_after(value)
+    best: float | None = None
+    reset: float | None = None
+    try:
+        for item in items:
+            if not isinstance(item, tuple):  # a mapping's items, ASGI's pairs: tuples
+                return None
+            key, value = item
+            name = (key.decode("latin-1") if isinstance(key, bytes) else str(key)).lower()
+            reader = _HINTS.get(name)
+            if reader is None:
+                continue
+            seconds = reader(value, now)
+            if seconds is None:
+                continue
+            if name == "ratelimit-reset":
+                reset = seconds if reset is None else min(reset, seconds)
+            elif best is None or seconds < best:
+                best = seconds
+    except (TypeError, ValueError):  # not pairs: not headers
+        return None
+    return best if best is not None else reset
+
+
+# Milliseconds in a wait hint: digits, optionally a decimal fraction ("1500", "20.5").
+_HINT_MS = re.compile(r"([0-9]{1,400})(?:\.([0-9]{1,400}))?", re.ASCII)
+
+
+def _hint_ms(value: object, _now: datetime | None) -> float | None:
+    """Seconds from a ``retry-after-ms`` value, ``None`` when malformed."""
+    text = _header_text(value)
+    match = None if text is None else _HINT_MS.fullmatch(text)
+    if match is None:
+        return None
+    whole: str = match.group(1)
+    fraction: str = match.group(2) or ""
+    try:
+        # one correctly rounded division of exact integers: never above the exact value
+        return int(whole + fraction) / (1000 * 10 ** len(fraction))
+    except OverflowError:  # more seconds than a float holds
+        return math.inf
+
+
+def _hint_delta_seconds(value: object, _now: datetime | None) -> float | None:
+    """Seconds from a ``RateLimit-Reset`` value (delta-seconds), ``None`` when malformed."""
+    text = _header_text(value)
+    if text is None or not _DELAY_SECONDS.fullmatch(text):
+        return None
+    return float(text)
+
+
+def _hint_retry_after(value: object, now: datetime | None) -> float | None:
+    """Seconds from a ``Retry-After`` value, ``None`` when malformed."""
+    return parse_retry_after(value if isinstance(value, str | bytes) else None, now=now)
+
+
+def _header_text(value: object) -> str | None:
+    """A header value as stripped text, ``None`` when it is not text or bytes."""
+    if isinstance(value, bytes):
+        return value.decode("latin-1").strip()
+    return value.strip() if isinstance(value, str) else None
+
+
+_HINTS = {
+    "retry-after": _hint_retry_after,
+    "retry-after-ms": _hint_ms,
+    "x-ms-retry-after-ms": _hint_ms,
+    "ratelimit-reset": _hint_delta_seconds,
+}
 
 
 def format_timeout_ms(seconds: float) -> str:
