@@ -203,9 +203,10 @@ def _hint_ms(value: object, _now: datetime | None) -> float | None:
         return None
     whole: str = match.group(1)
     fraction: str = match.group(2) or ""
+    scale: int = 1000 * 10 ** len(fraction)
     try:
         # one correctly rounded division of exact integers: never above the exact value
-        return int(whole + fraction) / (1000 * 10 ** len(fraction))
+        return int(whole + fraction) / scale
     except OverflowError:  # more seconds than a float holds
         return math.inf
 
