@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from fractions import Fraction
+from types import MappingProxyType
 
 from ._config import check_aware
 
 # DEADLINE_HEADER, format_timeout_ms and parse_timeout_ms stay importable from here (the
 # codec of our own dialect, DIALECTS["x-request-timeout-ms"], is made of the two functions).
-__all__ = ["parse_retry_after", "retry_after", "wait_hint"]
+__all__ = ["DIALECTS", "parse_retry_after", "retry_after", "wait_hint"]
 
 DEADLINE_HEADER = "X-Request-Timeout-Ms"
 """The header that carries a caller's time left, in whole milliseconds."""
@@ -161,34 +162,29 @@ def wait_hint(headers: object, *, now: datetime | None = None) -> float | None:
     """
     if now is not None:
         check_aware(now, "now")
-    items: Iterable[object]
-    if isinstance(headers, Mapping):
-        items = headers.items()
-    elif isinstance(headers, list | tuple):
-        items = headers
-    else:
-        return None
-    best: float | None = None
-    reset: float | None = None
-    try:
-        for item in items:
-            if not isinstance(item, tuple):  # a mapping's items, ASGI's pairs: tuples
-                return None
-            key, value = item
-            name = (key.decode("latin-1") if isinstance(key, bytes) else str(key)).lower()
-            reader = _HINTS.get(name)
-            if reader is None:
-                continue
-            seconds = reader(value, now)
-            if seconds is None:
-                continue
-            if name == "ratelimit-reset":
-                reset = seconds if reset is None else min(reset, seconds)
-            elif best is None or seconds < best:
-                best = seconds
-    except (TypeError, ValueError):  # not pairs: not headers
-        return None
-    return best if best is not None else reset
+    hints: dict[bool, float] = {}  # the least hint, by "is it RateLimit-Reset"
+    for name, value in _pairs(headers):
+        reader = _HINTS.get(name)
+        seconds = None if reader is None else reader(value, now)
+        if seconds is not None:
+            reset = name == "ratelimit-reset"
+            hints[reset] = min(seconds, hints.get(reset, seconds))
+    return hints.get(False, hints.get(True))
+
+
+def _pairs(headers: object) -> list[tuple[str, object]]:
+    """``(lower-case name, value)`` of each header, ``[]`` for anything that is not headers."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    if not isinstance(items, Iterable) or isinstance(items, str | bytes):
+        return []
+    pairs: list[tuple[str, object]] = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:  # a mapping's items, ASGI's pairs
+            return []
+        key, value = item
+        name = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+        pairs.append((name.lower(), value))
+    return pairs
 
 
 # Milliseconds in a wait hint: digits, optionally a decimal fraction ("1500", "20.5").
@@ -290,6 +286,177 @@ def parse_timeout_ms(value: str | bytes | None) -> float | None:
         return int(digits) / 1000
     except OverflowError:  # more seconds than a float holds: no deadline
         return math.inf
+
+
+class DeadlineDialect:
+    """The codec of one deadline header: ``parse`` reads it, ``format`` writes it.
+
+    ``parse(value)`` gives the seconds left, ``None`` for a malformed, negative or
+    non-finite value; it never raises. ``format(seconds)`` never rounds up (the receiver
+    never believes it has more time than its caller); a time too large for the dialect is
+    clamped to its largest value, and no time left is the dialect's smallest value.
+    ``parse(format(t)) <= t`` for every ``t`` at or above :attr:`smallest`.
+    """
+
+    __slots__ = ("format", "header", "parse", "smallest")
+
+    def __init__(
+        self,
+        header: str,
+        parse: Callable[[str | bytes], float | None],
+        format: Callable[[float], str],
+        smallest: float = 0.0,
+    ) -> None:
+        self.header = header
+        """The header name as the dialect's documentation spells it."""
+        self.parse = parse
+        self.format = format
+        self.smallest = smallest
+        """The least time ``format`` writes (Envoy reads ``0`` as "no timeout")."""
+
+    def __repr__(self) -> str:
+        return f"<DeadlineDialect {self.header}>"
+
+
+def _milliseconds(smallest: int, largest: int | None) -> Callable[[float], str]:
+    """A ``format`` writing whole milliseconds, rounded down, within ``[smallest, largest]``."""
+
+    def format_ms(seconds: float) -> str:
+        if math.isnan(seconds):
+            raise ValueError(f"a deadline header needs a time left, got {seconds!r}")
+        if largest is not None and seconds == math.inf:
+            return str(largest)
+        text = format_timeout_ms(seconds)  # exact whole milliseconds, rounded down
+        if largest is not None and len(text) >= len(str(largest)) and int(text) > largest:
+            return str(largest)
+        return str(smallest) if text == "0" and smallest else text
+
+    return format_ms
+
+
+# gRPC's units, finest first, with how many of each a second holds.
+_GRPC_UNITS: tuple[tuple[str, Fraction], ...] = (
+    ("n", Fraction(10**9)),
+    ("u", Fraction(10**6)),
+    ("m", Fraction(10**3)),
+    ("S", Fraction(1)),
+    ("M", Fraction(1, 60)),
+    ("H", Fraction(1, 3600)),
+)
+_GRPC_MAX = 99_999_999  # "TimeoutValue: positive integer as ASCII string of at most 8 digits"
+_GRPC_TIMEOUT = re.compile(rb"([0-9]{1,8})([HMSmun])", re.ASCII)
+_GRPC_SECONDS: dict[bytes, Callable[[int], float]] = {
+    b"H": lambda n: float(n * 3600),
+    b"M": lambda n: float(n * 60),
+    b"S": float,
+    b"m": lambda n: n / 1000,  # correctly rounded: never above the exact value
+    b"u": lambda n: n / 10**6,
+    b"n": lambda n: n / 10**9,
+}
+
+
+def _format_grpc_timeout(seconds: float) -> str:
+    """A ``grpc-timeout`` value: the finest unit whose count fits in 8 digits, rounded down."""
+    if math.isnan(seconds):
+        raise ValueError(f"a deadline header needs a time left, got {seconds!r}")
+    if seconds <= 0:
+        return "0n"
+    if math.isfinite(seconds):
+        exact = Fraction(seconds)
+        for unit, per_second in _GRPC_UNITS:
+            count = math.floor(exact * per_second)
+            if count <= _GRPC_MAX:
+                return f"{count}{unit}"
+    return f"{_GRPC_MAX}H"
+
+
+def _parse_grpc_timeout(value: str | bytes) -> float | None:
+    """Seconds from a ``grpc-timeout`` value, ``None`` when malformed. Never raises."""
+    if isinstance(value, str):
+        if not value.isascii():
+            return None
+        value = value.encode("ascii")
+    if not isinstance(value, bytes):
+        return None
+    match = _GRPC_TIMEOUT.fullmatch(value.strip(b" \t"))
+    if match is None:
+        return None
+    return _GRPC_SECONDS[match.group(2)](int(match.group(1)))
+
+
+def _parse_ms(value: str | bytes) -> float | None:
+    return parse_timeout_ms(value)
+
+
+# Envoy reads whole milliseconds into a protobuf Duration: at most 10 000 years.
+_ENVOY_MAX_MS = 315_576_000_000_000
+# Connect: "Timeout-Milliseconds: positive integer as ASCII string of at most 10 digits".
+_CONNECT_MAX_MS = 9_999_999_999
+
+DIALECTS: Mapping[str, DeadlineDialect] = MappingProxyType(
+    {
+        dialect.header.lower(): dialect
+        for dialect in (
+            DeadlineDialect(DEADLINE_HEADER, _parse_ms, format_timeout_ms),
+            DeadlineDialect("grpc-timeout", _parse_grpc_timeout, _format_grpc_timeout),
+            DeadlineDialect(
+                "x-envoy-expected-rq-timeout-ms", _parse_ms, _milliseconds(1, _ENVOY_MAX_MS), 0.001
+            ),
+            DeadlineDialect(
+                "x-envoy-upstream-rq-timeout-ms", _parse_ms, _milliseconds(1, _ENVOY_MAX_MS), 0.001
+            ),
+            DeadlineDialect("Connect-Timeout-Ms", _parse_ms, _milliseconds(0, _CONNECT_MAX_MS)),
+        )
+    }
+)
+"""The deadline headers known, by lower-case header name: each one's codec.
+
+``x-request-timeout-ms`` (ours: whole milliseconds, any size), ``grpc-timeout`` (gRPC: at
+most 8 digits and a unit of ``H M S m u n``, the finest that fits), the two Envoy headers
+``x-envoy-expected-rq-timeout-ms`` (Envoy stamps it on the requests it forwards) and
+``x-envoy-upstream-rq-timeout-ms`` (Envoy enforces it as the route timeout), whole
+milliseconds, never below 1, and ``connect-timeout-ms`` (Connect RPC, at most 10 digits).
+"""
+
+
+def _deadline_senders(
+    deadline_header: str | None, deadline_headers: Iterable[str] | None
+) -> tuple[tuple[str, Callable[[float], str]], ...]:
+    """The ``(header, format)`` pairs a client writes the time left with; validated.
+
+    ``deadline_header`` is any header name, sent in our format (``None``: none);
+    ``deadline_headers``, when given, is the full sequence of dialects sent instead.
+
+    Raises:
+        TypeError: for both given, or names that are not strings.
+        ValueError: for an invalid header name, or a dialect :data:`DIALECTS` does not know.
+    """
+    if deadline_headers is None:
+        if deadline_header is None:
+            return ()
+        return ((_check_header_name(deadline_header, "deadline_header"), format_timeout_ms),)
+    if deadline_header != DEADLINE_HEADER:
+        raise TypeError("pass deadline_header= or deadline_headers=, not both")
+    if isinstance(deadline_headers, str | bytes) or not isinstance(deadline_headers, Iterable):
+        raise TypeError(
+            f"deadline_headers must be a sequence of header names, got {deadline_headers!r}"
+        )
+    senders: dict[str, Callable[[float], str]] = {}
+    for name in deadline_headers:
+        dialect = _dialect(name, "deadline_headers")
+        senders.setdefault(dialect.header, dialect.format)
+    return tuple(senders.items())
+
+
+def _dialect(name: object, what: str) -> DeadlineDialect:
+    """The dialect named ``name`` (any case), else raise saying which ones exist."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must hold header names (str), got {name!r}")
+    dialect = DIALECTS.get(name.lower())
+    if dialect is None:
+        known = ", ".join(d.header for d in DIALECTS.values())
+        raise ValueError(f"{what}: unknown deadline header {name!r}; known: {known}")
+    return dialect
 
 
 def _check_header_name(name: object, what: str) -> str:
