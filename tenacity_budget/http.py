@@ -466,3 +466,30 @@ def _check_header_name(name: object, what: str) -> str:
     if not _TOKEN.fullmatch(name):
         raise ValueError(f"{what} must be a valid HTTP header name, got {name!r}")
     return name
+
+
+def _check_statuses(statuses: Iterable[int]) -> frozenset[int]:
+    """The ``retry_statuses`` of a client: 4xx and 5xx codes; raise saying why not."""
+    if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
+        raise TypeError(f"retry_statuses must be a set of status codes, got {statuses!r}")
+    found = frozenset(statuses)
+    for status in found:
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise TypeError(f"retry_statuses must hold ints, got {status!r}")
+        if not 400 <= status <= 599:
+            raise ValueError(
+                f"retry_statuses must hold 4xx or 5xx status codes (400-599), got {status}"
+            )
+    return found
+
+
+def _check_methods(methods: Iterable[str]) -> frozenset[str]:
+    """The ``methods`` of a client, upper case; raise saying why not."""
+    if isinstance(methods, str | bytes) or not isinstance(methods, Iterable):
+        raise TypeError(f"methods must be a set of HTTP method names, got {methods!r}")
+    found: set[str] = set()
+    for method in methods:
+        if not isinstance(method, str) or not method.isascii() or not method.isalpha():
+            raise ValueError(f"methods must hold HTTP method names such as 'GET', got {method!r}")
+        found.add(method.upper())
+    return frozenset(found)
