@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tenacity import retry_if_exception
@@ -24,6 +23,7 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.requests needs requests: pip install 'tenacity-budget[requests]'"
     ) from exc
 
+from ._clients import RetryableStatus, exhausted, first_time_left
 from .exhaustion import BudgetExhausted
 from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
 from .runtime import deadline_scope, remaining
@@ -43,51 +43,11 @@ _LEAST = 0.001
 _NOT_RETRIED = (requests.exceptions.SSLError, requests.exceptions.ProxyError)
 
 
-class _RetryableStatus(Exception):
-    """A response with a retryable status, raised inside the run so the policy retries it."""
-
-    def __init__(self, response: requests.Response) -> None:
-        super().__init__(f"retryable status {response.status_code}")
-        self.response = response
-
-
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, _RetryableStatus):
+    if isinstance(exc, RetryableStatus):
         return True
     retried = isinstance(exc, requests.ConnectionError | requests.Timeout)
     return retried and not isinstance(exc, _NOT_RETRIED)
-
-
-_KINDS: dict[type[requests.RequestException], type[Any]] = {}
-
-
-def _exhausted_kind(kind: type[requests.RequestException]) -> type[Any]:
-    """``kind`` that is also a :class:`~tenacity_budget.BudgetExhausted` (one class a kind)."""
-    found = _KINDS.get(kind)
-    if found is None:
-        found = _KINDS[kind] = _combined(kind)
-    return found
-
-
-def _combined(kind: type[requests.RequestException]) -> type[Any]:
-    return type(
-        kind.__name__,
-        (kind, BudgetExhausted),
-        {
-            "__module__": __name__,
-            "__qualname__": kind.__name__,
-            "__str__": BudgetExhausted.__str__,
-            "__doc__": f"{kind.__module__}.{kind.__qualname__} raised by a spent budget.",
-        },
-    )
-
-
-def _exhausted(last: requests.RequestException, spent: BudgetExhausted) -> BaseException:
-    """An error of ``last``'s own kind that is also a ``BudgetExhausted`` with ``.report``."""
-    error = _exhausted_kind(type(last))(*last.args, request=last.request, response=last.response)
-    error.last_attempt = spent.last_attempt
-    error.report = spent.report
-    return error  # type: ignore[no-any-return]
 
 
 def _timeouts(own: Any, left: float) -> Any:
@@ -188,7 +148,7 @@ class BudgetAdapter(HTTPAdapter):
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
-        left = _first_time_left(self.policy)
+        left = first_time_left(self.policy)
         ends = time.monotonic() + left
         try:
             response = self._admit(call, left)
@@ -201,7 +161,7 @@ class BudgetAdapter(HTTPAdapter):
             if not retried or response.status_code not in self.retry_statuses:
                 self._deposit()
                 return response
-            call.first = _RetryableStatus(response)
+            call.first = RetryableStatus(response, response.status_code)
         with deadline_scope(max(0.0, ends - time.monotonic())):
             return self._run(call)
 
@@ -216,11 +176,12 @@ class BudgetAdapter(HTTPAdapter):
             return self._retried(call)
         except BudgetExhausted as spent:
             last = spent.last_attempt.exception() if spent.last_attempt.failed else None
-            if isinstance(last, _RetryableStatus):
+            if isinstance(last, RetryableStatus):
                 call.received = None
-                return last.response
+                returned: requests.Response = last.response
+                return returned
             if isinstance(last, requests.RequestException):
-                raise _exhausted(last, spent) from last
+                raise exhausted(last, spent) from last
             raise
         finally:
             if call.received is not None and call.received is not call.returned:
@@ -230,7 +191,7 @@ class BudgetAdapter(HTTPAdapter):
         """One attempt of the run: the first one's outcome again, then real ones."""
         first, call.first = call.first, None
         if first is not None:
-            if isinstance(first, _RetryableStatus):
+            if isinstance(first, RetryableStatus):
                 call.received = first.response
             raise first
         previous, call.received = call.received, None
@@ -240,7 +201,7 @@ class BudgetAdapter(HTTPAdapter):
         assert left is not None  # always inside the run
         response = call.received = self._admit(call, left)
         if response.status_code in self.retry_statuses:
-            raise _RetryableStatus(response)
+            raise RetryableStatus(response, response.status_code)
         call.returned = response
         return response
 
@@ -249,17 +210,6 @@ class BudgetAdapter(HTTPAdapter):
         for name, format_left in self._senders:
             call.request.headers[name] = format_left(max(left, 0.0))
         return super().send(call.request, timeout=_timeouts(call.timeout, left), **call.options)
-
-
-def _first_time_left(policy: BackoffPolicy) -> float:
-    """The time left of a run starting now: its budget, the ambient and the policy's deadline."""
-    left: float = policy.max_elapsed
-    ambient = remaining()
-    if ambient is not None and ambient < left:
-        left = ambient
-    if policy.deadline is not None:
-        left = min(left, (policy.deadline - datetime.now(UTC)).total_seconds())
-    return left
 
 
 class _Call:

@@ -1,0 +1,222 @@
+"""An aiohttp client middleware that retries within a budget and tells the next hop its deadline.
+
+``aiohttp.ClientSession(middlewares=(budget_middleware(policy),))`` (aiohttp >= 3.12)
+sends each request as one budgeted run of the policy, with the semantics of
+:mod:`tenacity_budget.httpx`'s transports; every attempt is cancelled when the run's time
+is up, and the errors it raises stay aiohttp's (``ClientConnectionError``,
+``ServerTimeoutError``). :func:`tenacity_budget.http.retry_after` reads aiohttp's
+``ClientResponseError`` too. Needs the ``aiohttp`` extra; the guide is docs/cookbook.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from tenacity import retry_if_exception
+
+try:  # the real library: an absolute import, never this module
+    import aiohttp
+    from aiohttp import payload as _payload
+except ImportError as exc:  # a missing extra, named at import
+    raise ImportError(
+        "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
+    ) from exc
+
+from ._clients import RetryableStatus, exhausted, first_time_left
+from .exhaustion import BudgetExhausted
+from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
+from .runtime import deadline_scope, remaining
+
+if TYPE_CHECKING:
+    from .policy import BackoffPolicy
+
+__all__ = ["budget_middleware"]
+
+Handler = Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]]
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, RetryableStatus | aiohttp.ClientConnectionError)
+
+
+def _replayable(body: object) -> bool:
+    """Whether a request body is the same bytes on every attempt (a stream is not)."""
+    return body == b"" or isinstance(body, _payload.BytesPayload)
+
+
+class _Call:
+    """One request's run: the request, the next handler, the latest response."""
+
+    __slots__ = ("cut", "first", "handler", "received", "request", "returned", "task")
+
+    def __init__(self, request: aiohttp.ClientRequest, handler: Handler) -> None:
+        self.request = request
+        self.handler = handler
+        self.first: BaseException | None = None
+        self.received: aiohttp.ClientResponse | None = None
+        self.returned: aiohttp.ClientResponse | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.cut = False
+
+    def fire(self) -> None:
+        """The hard stop of the attempt running: cancel its task."""
+        self.cut = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+class BudgetMiddleware:
+    """The middleware :func:`budget_middleware` returns; its options are attributes."""
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        retry_statuses: Iterable[int],
+        methods: Iterable[str],
+        deadline_header: str | None,
+        deadline_headers: Iterable[str] | None,
+        budget: Any,
+    ) -> None:
+        from .policy import BackoffPolicy
+
+        if not isinstance(policy, BackoffPolicy):
+            raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self.retry_statuses = _check_statuses(retry_statuses)
+        self.methods = _check_methods(methods)
+        self.budget = budget
+        self._senders = _deadline_senders(deadline_header, deadline_headers)
+        self._retried = policy.retry(
+            budget=budget, retry=retry_if_exception(_retryable), retry_after=retry_after
+        )(self._attempt)
+
+    def __repr__(self) -> str:
+        return f"<budget_middleware {self.policy!r}>"
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: Handler
+    ) -> aiohttp.ClientResponse:
+        """Send ``request`` as one budgeted run (see :func:`budget_middleware`)."""
+        call = _Call(request, handler)
+        retried = request.method in self.methods and _replayable(request.body)
+        # The first attempt is sent at once, as the run's would be (same admission, the
+        # run's time left); only a retryable outcome enters the run, which replays it first
+        # and ends by the first attempt's end: what one run from the start would do.
+        left = first_time_left(self.policy)
+        ends = time.monotonic() + left
+        try:
+            response = await self._admit(call, left)
+        except Exception as exc:
+            if not retried or not _retryable(exc):
+                if self.budget is not None:
+                    await self._deposit()
+                raise
+            call.first = exc
+        else:
+            if not retried or response.status not in self.retry_statuses:
+                if self.budget is not None:
+                    await self._deposit()
+                return response
+            call.first = RetryableStatus(response, response.status)
+        with deadline_scope(max(0.0, ends - time.monotonic())):
+            return await self._run(call)
+
+    async def _deposit(self) -> None:
+        """The deposit of a request the run was not entered for (the run deposits its own)."""
+        deposited = self.budget.deposit()
+        if inspect.isawaitable(deposited):
+            await deposited
+
+    async def _run(self, call: _Call) -> aiohttp.ClientResponse:
+        """The budgeted run of a request whose first attempt called for a retry."""
+        try:
+            return await self._retried(call)
+        except BudgetExhausted as spent:
+            last = spent.last_attempt.exception() if spent.last_attempt.failed else None
+            if isinstance(last, RetryableStatus):
+                call.received = None
+                returned: aiohttp.ClientResponse = last.response
+                return returned
+            if isinstance(last, aiohttp.ClientError):
+                raise exhausted(last, spent) from last
+            raise
+        finally:
+            if call.received is not None and call.received is not call.returned:
+                call.received.release()
+
+    async def _attempt(self, call: _Call) -> aiohttp.ClientResponse:
+        """One attempt of the run: the first one's outcome again, then real ones."""
+        first, call.first = call.first, None
+        if first is not None:
+            if isinstance(first, RetryableStatus):
+                call.received = first.response
+            raise first
+        previous, call.received = call.received, None
+        if previous is not None:  # the run is retrying it: discard it
+            previous.release()
+        left = remaining()
+        assert left is not None  # always inside the run
+        response = call.received = await self._admit(call, left)
+        if response.status in self.retry_statuses:
+            raise RetryableStatus(response, response.status)
+        call.returned = response
+        return response
+
+    async def _admit(self, call: _Call, left: float) -> aiohttp.ClientResponse:
+        """Send one attempt with ``left`` seconds: the deadline headers, the hard stop."""
+        if left < 0.0:
+            left = 0.0
+        for name, format_left in self._senders:
+            call.request.headers[name] = format_left(left)
+        # The hard stop: one timer cancelling this task at the run's end (asyncio.timeout's
+        # rule, at a third of its cost on the per-request path).
+        loop = asyncio.get_running_loop()
+        task = call.task = asyncio.current_task(loop)
+        call.cut = False
+        timer = loop.call_at(loop.time() + left, call.fire)
+        try:
+            return await call.handler(call.request)
+        except asyncio.CancelledError:
+            if call.cut and task is not None and task.uncancel() == 0:
+                raise aiohttp.ServerTimeoutError(
+                    f"the run's time is up: the attempt was cut after {left:.3f} s"
+                ) from None
+            raise
+        finally:
+            timer.cancel()
+
+
+def budget_middleware(
+    policy: BackoffPolicy,
+    *,
+    retry_statuses: frozenset[int] = frozenset({429, 502, 503, 504}),
+    methods: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}),
+    deadline_header: str | None = "X-Request-Timeout-Ms",
+    deadline_headers: Iterable[str] | None = None,
+    budget: Any = None,
+) -> BudgetMiddleware:
+    """An aiohttp client middleware sending each request as one budgeted run of ``policy``.
+
+    ``aiohttp.ClientSession(middlewares=(budget_middleware(policy),))``. It retries
+    connection errors and timeouts (``aiohttp.ClientConnectionError``) and the
+    ``retry_statuses``, for the ``methods`` (and a body of bytes); honours
+    ``Retry-After``, ``retry-after-ms``, ``x-ms-retry-after-ms`` (and ``RateLimit-Reset``)
+    within the budget; draws every retry from ``budget``; cancels every attempt when the
+    run's time is up (connecting, sending, waiting for the response headers; the body is
+    read after, by you); and sends the time left downstream in ``deadline_header`` (our
+    format; ``None``: none) or each dialect of ``deadline_headers``. Spent on a status,
+    the last response is returned (the ones before are released); spent on a connection
+    error or cut, the error raised is of aiohttp's own kind (``ClientConnectorError``,
+    ``ServerTimeoutError``...) and also a :class:`~tenacity_budget.BudgetExhausted`
+    carrying ``.report``.
+
+    Raises:
+        TypeError, ValueError: for a bad option, at once.
+    """
+    return BudgetMiddleware(
+        policy, retry_statuses, methods, deadline_header, deadline_headers, budget
+    )
