@@ -323,3 +323,57 @@ def test_a_dribbling_server_is_not_bounded_by_requests() -> None:
     assert response.status_code == 200
     assert response.content == b"ok"
     assert len(DRIBBLED) * 0.01 > policy.max_elapsed  # the schedule outlasts the budget
+
+
+# -- the chain: requests -> service A (ASGI, aiohttp) -> service B ---------------------------------
+
+
+def test_the_deadline_travels_requests_to_a_to_b_in_the_dialects_configured() -> None:
+    import json
+
+    import aiohttp
+
+    from tenacity_budget import deadline_scope, remaining
+    from tenacity_budget.aiohttp import budget_middleware
+    from tenacity_budget.asgi import DeadlineMiddleware
+    from tests._servers import serve
+
+    heard: dict[str, dict[str, str]] = {}
+    dialects = ("grpc-timeout", "x-envoy-expected-rq-timeout-ms")
+
+    async def service_b(scope: Any, receive: Any, send: Any) -> None:
+        left = remaining()  # on entry, as DeadlineMiddleware set it
+        heard["b"] = {k.decode(): v.decode() for k, v in scope["headers"]}
+        body = json.dumps({"b": left}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    policy = BackoffPolicy(base=0.01, cap=0.05, max_elapsed=30, jitter="none")
+
+    async def service_a(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        left = remaining()
+        heard["a"] = {k.decode(): v.decode() for k, v in scope["headers"]}
+        middleware = budget_middleware(policy, deadline_headers=dialects)
+        async with (
+            aiohttp.ClientSession(middlewares=(middleware,)) as client,
+            client.get(b_url) as response,
+        ):
+            downstream = json.loads(await response.read())
+        body = json.dumps({"a": left, **downstream}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    with (
+        serve(DeadlineMiddleware(service_b, headers=dialects)) as b_url,
+        serve(DeadlineMiddleware(service_a)) as a_url,
+        session(BudgetAdapter(policy)) as s,
+        deadline_scope(2.0),
+    ):
+        seen = s.get(a_url).json()
+    assert 0 < seen["b"] < seen["a"] < 2.0
+    assert int(heard["a"]["x-request-timeout-ms"]) <= 2000
+    assert "x-request-timeout-ms" not in heard["b"]  # A sends only the dialects configured
+    assert heard["b"]["grpc-timeout"].endswith("u")  # about 2 s: microseconds fit 8 digits
+    assert 0 < int(heard["b"]["x-envoy-expected-rq-timeout-ms"]) < 2000
