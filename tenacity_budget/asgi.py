@@ -153,8 +153,11 @@ class DeadlineMiddleware:
             raise TypeError(f"app must be an ASGI application (callable), got {type(app).__name__}")
         self._readers = _readers(header, headers)
         self.app = app
-        self.header = DEADLINE_HEADER if header is None else header
-        """The header read in our format (by default, among all the dialects)."""
+        ours = DEADLINE_HEADER.lower().encode("ascii") in self._readers
+        self.header: str | None = (
+            header if header is not None else (DEADLINE_HEADER if ours else None)
+        )
+        """The header read in our format (by default ours, among all the dialects), or ``None``."""
         self.headers = tuple(name.decode("ascii") for name in self._readers)
         """The lower-case names of every header read."""
         self.max_timeout = _seconds_option(max_timeout, "max_timeout")

@@ -377,3 +377,25 @@ def test_the_deadline_travels_requests_to_a_to_b_in_the_dialects_configured() ->
     assert "x-request-timeout-ms" not in heard["b"]  # A sends only the dialects configured
     assert heard["b"]["grpc-timeout"].endswith("u")  # about 2 s: microseconds fit 8 digits
     assert 0 < int(heard["b"]["x-envoy-expected-rq-timeout-ms"]) < 2000
+
+
+def test_a_retry_budget_is_drawn_from_and_deposited_into(server: str) -> None:
+    from tenacity_budget import RetryBudget
+
+    refusing = RetryBudget(ratio=0, min_per_second=0)
+    url, key = script(server, 503, 503)
+    with virtual_clock(), session(BudgetAdapter(POLICY, budget=refusing)) as s:
+        assert s.get(url).status_code == 503  # the budget refused the retry
+    assert len(seen(server, key)) == 1
+    deposits: list[str] = []
+
+    class Counting(RetryBudget):
+        def deposit(self) -> None:
+            deposits.append("deposit")
+            super().deposit()
+
+    url, _ = script(server, 503)
+    with virtual_clock(), session(BudgetAdapter(POLICY, budget=Counting())) as s:
+        assert s.get(url).status_code == 200  # a retry: the run deposits
+        assert s.get(url).status_code == 200  # a first-try success: deposited as well
+    assert deposits == ["deposit", "deposit"]
