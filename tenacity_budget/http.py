@@ -246,16 +246,17 @@ def format_timeout_ms(seconds: float) -> str:
     Raises:
         ValueError: for NaN or an infinite time (a deadline header needs a deadline).
     """
+    if 0.0 < seconds < _EXACT_FROM:  # the common case first: one product, one check
+        ms = int(seconds * 1000.0)  # positive: truncation is the floor
+        if ms / 1000.0 > seconds:  # the product rounded up past a whole millisecond
+            ms -= 1
+        return str(ms)
     if not math.isfinite(seconds):
         raise ValueError(f"a deadline header needs a finite time left, got {seconds!r}")
     if seconds <= 0:
         return "0"
-    if seconds >= _EXACT_FROM:  # the float product would lose whole milliseconds, or overflow
-        return str(math.floor(Fraction(seconds) * 1000))
-    ms = math.floor(seconds * 1000.0)
-    if ms / 1000.0 > seconds:  # the product rounded up past a whole millisecond
-        ms -= 1
-    return str(max(0, ms))
+    # From 2**43 s on, the float product would lose whole milliseconds, or overflow.
+    return str(math.floor(Fraction(seconds) * 1000))
 
 
 def parse_timeout_ms(value: str | bytes | None) -> float | None:

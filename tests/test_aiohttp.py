@@ -278,3 +278,29 @@ async def test_a_dribbling_server_is_cut_by_the_hard_stop() -> None:
         await server.wait_closed()
     assert isinstance(info.value, BudgetExhausted)
     assert len(DRIBBLED) * 0.02 > policy.max_elapsed  # the schedule outlasts the budget
+
+
+async def test_concurrent_attempts_are_each_cut_at_their_own_end() -> None:
+    # One watchdog timer serves every attempt of the loop: each is cut at its own end,
+    # the ones that answer are left alone, whatever the order of their ends.
+    policy = BackoffPolicy(base=0.01, cap=0.02, max_elapsed=5, jitter="none")
+
+    async def hang(session: aiohttp.ClientSession, url: str, seconds: float) -> BaseException:
+        with deadline_scope(seconds), pytest.raises(aiohttp.ServerTimeoutError) as info:
+            await session.get(url)
+        return info.value
+
+    async def ok(session: aiohttp.ClientSession, url: str) -> int:
+        with deadline_scope(5):
+            async with session.get(url) as response:
+                await response.read()
+                return response.status
+
+    async with stalled_server() as server, client(policy=policy) as session:
+        hung = [hang(session, f"{server.url}/hang", s) for s in (0.4, 0.1, 0.3, 0.05, 0.2)]
+        fine = [ok(session, f"{server.url}/ok") for _ in range(3)]
+        results = await asyncio.gather(*hung, *fine)
+    cut, answered = results[:5], results[5:]
+    assert all(isinstance(error, BudgetExhausted) for error in cut)
+    assert answered == [200, 200, 200]
+    assert server.paths["/hang"] >= 5
