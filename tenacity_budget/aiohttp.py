@@ -52,7 +52,7 @@ def _replayable(body: object) -> bool:
 class _Call:
     """One request's run: the request, the next handler, the latest response."""
 
-    __slots__ = ("cut", "first", "handler", "received", "request", "returned", "task")
+    __slots__ = ("first", "handler", "received", "request", "returned")
 
     def __init__(self, request: aiohttp.ClientRequest, handler: Handler) -> None:
         self.request = request
@@ -60,14 +60,6 @@ class _Call:
         self.first: BaseException | None = None
         self.received: aiohttp.ClientResponse | None = None
         self.returned: aiohttp.ClientResponse | None = None
-        self.task: asyncio.Task[Any] | None = None
-        self.cut = False
-
-    def fire(self) -> None:
-        """The hard stop of the attempt running: cancel its task."""
-        self.cut = True
-        if self.task is not None:
-            self.task.cancel()
 
 
 class BudgetMiddleware:
@@ -103,27 +95,29 @@ class BudgetMiddleware:
         self, request: aiohttp.ClientRequest, handler: Handler
     ) -> aiohttp.ClientResponse:
         """Send ``request`` as one budgeted run (see :func:`budget_middleware`)."""
-        call = _Call(request, handler)
         retried = request.method in self.methods and _replayable(request.body)
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
         left = first_time_left(self.policy)
         ends = time.monotonic() + left
+        first: BaseException
         try:
-            response = await self._admit(call, left)
+            response = await self._admit(request, handler, left)
         except Exception as exc:
             if not retried or not _retryable(exc):
                 if self.budget is not None:
                     await self._deposit()
                 raise
-            call.first = exc
+            first = exc
         else:
             if not retried or response.status not in self.retry_statuses:
                 if self.budget is not None:
                     await self._deposit()
                 return response
-            call.first = RetryableStatus(response, response.status)
+            first = RetryableStatus(response, response.status)
+        call = _Call(request, handler)
+        call.first = first
         with deadline_scope(max(0.0, ends - time.monotonic())):
             return await self._run(call)
 
@@ -162,36 +156,39 @@ class BudgetMiddleware:
             previous.release()
         left = remaining()
         assert left is not None  # always inside the run
-        response = call.received = await self._admit(call, left)
+        response = call.received = await self._admit(call.request, call.handler, left)
         if response.status in self.retry_statuses:
             raise RetryableStatus(response, response.status)
         call.returned = response
         return response
 
-    async def _admit(self, call: _Call, left: float) -> aiohttp.ClientResponse:
+    async def _admit(
+        self, request: aiohttp.ClientRequest, handler: Handler, left: float
+    ) -> aiohttp.ClientResponse:
         """Send one attempt with ``left`` seconds: the deadline headers, the hard stop."""
         if left < 0.0:
             left = 0.0
         for name, format_left in self._senders:
-            call.request.headers[name] = format_left(left)
+            request.headers[name] = format_left(left)
         # The hard stop: the watchdog cancels this task at the run's end.
         loop = asyncio.get_running_loop()
         watchdog = self._watchdog
         if watchdog is None or watchdog.loop is not loop:
             watchdog = self._watchdog = _Watchdog(loop)
-        task = call.task = asyncio.current_task(loop)
-        call.cut = False
-        watchdog.watch(call, loop.time() + left)
+        task = asyncio.current_task(loop)
+        if task is None:  # pragma: no cover (aiohttp always runs in a task)
+            raise RuntimeError("budget_middleware runs inside an asyncio task")
+        watchdog.watch(task, loop.time() + left)
         try:
-            return await call.handler(call.request)
+            return await handler(request)
         except asyncio.CancelledError:
-            if call.cut and task is not None and task.uncancel() == 0:
+            if watchdog.was_cut(task) and task.uncancel() == 0:
                 raise aiohttp.ServerTimeoutError(
                     f"the run's time is up: the attempt was cut after {left:.3f} s"
                 ) from None
             raise
         finally:
-            watchdog.calls.pop(call, None)
+            watchdog.unwatch(task)
 
 
 class _Watchdog:
@@ -203,30 +200,42 @@ class _Watchdog:
     not a timer each (asyncio.timeout's per-request timer is a third of the middleware).
     """
 
-    __slots__ = ("calls", "loop", "timer", "when")
+    __slots__ = ("cut", "loop", "tasks", "timer", "when")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.calls: dict[_Call, float] = {}
+        self.tasks: dict[asyncio.Task[Any], float] = {}
+        self.cut: set[asyncio.Task[Any]] = set()
         self.timer: asyncio.TimerHandle | None = None
         self.when = math.inf
 
-    def watch(self, call: _Call, end: float) -> None:
-        """Cut ``call``'s task at the loop time ``end`` unless it is unwatched before."""
-        self.calls[call] = end
+    def watch(self, task: asyncio.Task[Any], end: float) -> None:
+        """Cancel ``task`` at the loop time ``end`` unless it is unwatched before."""
+        self.tasks[task] = end
         if end < self.when:
             if self.timer is not None:
                 self.timer.cancel()
             self.when = end
             self.timer = self.loop.call_at(end, self._fire)
 
+    def unwatch(self, task: asyncio.Task[Any]) -> None:
+        """The attempt of ``task`` ended: leave it alone."""
+        self.tasks.pop(task, None)
+        if self.cut:
+            self.cut.discard(task)
+
+    def was_cut(self, task: asyncio.Task[Any]) -> bool:
+        """Whether the cancellation ``task`` received is the watchdog's."""
+        return task in self.cut
+
     def _fire(self) -> None:
         now = self.loop.time()
         earliest = math.inf
-        for call, end in list(self.calls.items()):
+        for task, end in list(self.tasks.items()):
             if end <= now:
-                del self.calls[call]
-                call.fire()
+                del self.tasks[task]
+                self.cut.add(task)
+                task.cancel()
             elif end < earliest:
                 earliest = end
         self.when = earliest
