@@ -304,3 +304,13 @@ async def test_concurrent_attempts_are_each_cut_at_their_own_end() -> None:
     assert all(isinstance(error, BudgetExhausted) for error in cut)
     assert answered == [200, 200, 200]
     assert server.paths["/hang"] >= 5
+
+
+async def test_aiohttps_own_read_timeouts_are_retried() -> None:
+    policy = BackoffPolicy(base=0.01, cap=0.02, max_elapsed=0.4, jitter="none")
+    async with stalled_server() as server, client(policy=policy) as session:
+        with pytest.raises(aiohttp.ServerTimeoutError) as info:
+            await session.get(f"{server.url}/hang", timeout=aiohttp.ClientTimeout(sock_read=0.05))
+    assert isinstance(info.value, BudgetExhausted)
+    assert info.value.report.attempts >= 2
+    assert server.paths["/hang"] >= 2

@@ -399,3 +399,17 @@ def test_a_retry_budget_is_drawn_from_and_deposited_into(server: str) -> None:
         assert s.get(url).status_code == 200  # a retry: the run deposits
         assert s.get(url).status_code == 200  # a first-try success: deposited as well
     assert deposits == ["deposit", "deposit"]
+
+
+def test_read_timeouts_are_retried_like_connection_errors() -> None:
+    # The caller's own read timeout (50 ms) is shorter than the budget: each attempt times
+    # out on its own and the run retries it, until the budget ends the run.
+    policy = BackoffPolicy(base=0.01, cap=0.02, max_elapsed=0.4, jitter="none")
+    with (
+        raw_server(never_answer) as url,
+        session(BudgetAdapter(policy)) as s,
+        pytest.raises(requests.ReadTimeout) as info,
+    ):
+        s.get(url, timeout=(1.0, 0.05))
+    assert isinstance(info.value, BudgetExhausted)
+    assert info.value.report.attempts >= 2
