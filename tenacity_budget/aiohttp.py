@@ -54,10 +54,12 @@ class _Call:
 
     __slots__ = ("first", "handler", "received", "request", "returned")
 
-    def __init__(self, request: aiohttp.ClientRequest, handler: Handler) -> None:
+    def __init__(
+        self, request: aiohttp.ClientRequest, handler: Handler, first: BaseException
+    ) -> None:
         self.request = request
         self.handler = handler
-        self.first: BaseException | None = None
+        self.first: BaseException | None = first
         self.received: aiohttp.ClientResponse | None = None
         self.returned: aiohttp.ClientResponse | None = None
 
@@ -95,31 +97,57 @@ class BudgetMiddleware:
         self, request: aiohttp.ClientRequest, handler: Handler
     ) -> aiohttp.ClientResponse:
         """Send ``request`` as one budgeted run (see :func:`budget_middleware`)."""
-        retried = request.method in self.methods and _replayable(request.body)
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
         left = first_time_left(self.policy)
         ends = time.monotonic() + left
-        first: BaseException
+        watchdog, task = self._admit(request, left)
+        failure: Exception | None = None
         try:
-            response = await self._admit(request, handler, left)
-        except Exception as exc:
-            if not retried or not _retryable(exc):
-                if self.budget is not None:
-                    await self._deposit()
+            response = await handler(request)
+        except asyncio.CancelledError:
+            if not watchdog.cut_off(task):
                 raise
-            first = exc
-        else:
-            if not retried or response.status not in self.retry_statuses:
+            failure = _time_up(left)
+        except Exception as exc:
+            failure = exc
+        finally:
+            watchdog.unwatch(task)
+        if failure is not None:
+            if not _retryable(failure) or not self._retries(request):
                 if self.budget is not None:
                     await self._deposit()
-                return response
+                raise failure
+            return await self._enter(_Call(request, handler, failure), ends)
+        if response.status in self.retry_statuses and self._retries(request):
             first = RetryableStatus(response, response.status)
-        call = _Call(request, handler)
-        call.first = first
-        with deadline_scope(max(0.0, ends - time.monotonic())):
-            return await self._run(call)
+            return await self._enter(_Call(request, handler, first), ends)
+        if self.budget is not None:
+            await self._deposit()
+        return response
+
+    def _retries(self, request: aiohttp.ClientRequest) -> bool:
+        """Whether ``request`` may be sent again: a listed method, a body of bytes."""
+        return request.method in self.methods and _replayable(request.body)
+
+    def _admit(
+        self, request: aiohttp.ClientRequest, left: float
+    ) -> tuple[_Watchdog, asyncio.Task[Any]]:
+        """Admit one attempt with ``left`` seconds: the deadline headers, the hard stop."""
+        if left < 0.0:
+            left = 0.0
+        for name, format_left in self._senders:
+            request.headers[name] = format_left(left)
+        loop = asyncio.get_running_loop()
+        watchdog = self._watchdog
+        if watchdog is None or watchdog.loop is not loop:
+            watchdog = self._watchdog = _Watchdog(loop)
+        task = asyncio.current_task(loop)
+        if task is None:  # pragma: no cover (aiohttp always runs in a task)
+            raise RuntimeError("budget_middleware runs inside an asyncio task")
+        watchdog.watch(task, loop.time() + left)
+        return watchdog, task
 
     async def _deposit(self) -> None:
         """The deposit of a request the run was not entered for (the run deposits its own)."""
@@ -127,10 +155,11 @@ class BudgetMiddleware:
         if inspect.isawaitable(deposited):
             await deposited
 
-    async def _run(self, call: _Call) -> aiohttp.ClientResponse:
+    async def _enter(self, call: _Call, ends: float) -> aiohttp.ClientResponse:
         """The budgeted run of a request whose first attempt called for a retry."""
         try:
-            return await self._retried(call)
+            with deadline_scope(max(0.0, ends - time.monotonic())):
+                return await self._retried(call)
         except BudgetExhausted as spent:
             last = spent.last_attempt.exception() if spent.last_attempt.failed else None
             if isinstance(last, RetryableStatus):
@@ -156,39 +185,26 @@ class BudgetMiddleware:
             previous.release()
         left = remaining()
         assert left is not None  # always inside the run
-        response = call.received = await self._admit(call.request, call.handler, left)
+        watchdog, task = self._admit(call.request, left)
+        try:
+            response = call.received = await call.handler(call.request)
+        except asyncio.CancelledError:
+            if watchdog.cut_off(task):
+                raise _time_up(left) from None
+            raise
+        finally:
+            watchdog.unwatch(task)
         if response.status in self.retry_statuses:
             raise RetryableStatus(response, response.status)
         call.returned = response
         return response
 
-    async def _admit(
-        self, request: aiohttp.ClientRequest, handler: Handler, left: float
-    ) -> aiohttp.ClientResponse:
-        """Send one attempt with ``left`` seconds: the deadline headers, the hard stop."""
-        if left < 0.0:
-            left = 0.0
-        for name, format_left in self._senders:
-            request.headers[name] = format_left(left)
-        # The hard stop: the watchdog cancels this task at the run's end.
-        loop = asyncio.get_running_loop()
-        watchdog = self._watchdog
-        if watchdog is None or watchdog.loop is not loop:
-            watchdog = self._watchdog = _Watchdog(loop)
-        task = asyncio.current_task(loop)
-        if task is None:  # pragma: no cover (aiohttp always runs in a task)
-            raise RuntimeError("budget_middleware runs inside an asyncio task")
-        watchdog.watch(task, loop.time() + left)
-        try:
-            return await handler(request)
-        except asyncio.CancelledError:
-            if watchdog.was_cut(task) and task.uncancel() == 0:
-                raise aiohttp.ServerTimeoutError(
-                    f"the run's time is up: the attempt was cut after {left:.3f} s"
-                ) from None
-            raise
-        finally:
-            watchdog.unwatch(task)
+
+def _time_up(left: float) -> aiohttp.ServerTimeoutError:
+    """The error of an attempt the hard stop cut: aiohttp's own kind of timeout."""
+    return aiohttp.ServerTimeoutError(
+        f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s"
+    )
 
 
 class _Watchdog:
@@ -224,9 +240,9 @@ class _Watchdog:
         if self.cut:
             self.cut.discard(task)
 
-    def was_cut(self, task: asyncio.Task[Any]) -> bool:
-        """Whether the cancellation ``task`` received is the watchdog's."""
-        return task in self.cut
+    def cut_off(self, task: asyncio.Task[Any]) -> bool:
+        """Whether the cancellation ``task`` received is the watchdog's alone (consumed)."""
+        return task in self.cut and task.uncancel() == 0
 
     def _fire(self) -> None:
         now = self.loop.time()
