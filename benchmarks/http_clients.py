@@ -7,7 +7,10 @@ and on the client thread's CPU clock; a ratio is the plain client's time over th
 one's (>= 1 is as fast), the median over the rounds with the rounds' spread. Then the
 dribbling server: one byte every 0.5 s, a 1 s budget, how far past it each client ends.
 
-    python -m benchmarks.http_clients [--rounds 7] [--batch 300] [--no-dribble]
+    python -m benchmarks.http_clients [--rounds 7] [--batch 300] [--no-dribble] [--instructions]
+
+``--instructions`` also counts the CPU instructions per request of each client under
+valgrind (callgrind): a deterministic figure, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -243,12 +246,77 @@ def _outcome(call: Callable[[], object]) -> dict[str, Any]:
         return {"raised": type(exc).__name__}
 
 
+# -- instructions per request (valgrind) ------------------------------------------------------
+
+
+def _one(client: str, budgeted: bool, n: int, url: str) -> None:
+    """Send ``n`` sequential GETs with one client (run under valgrind by :func:`instructions`)."""
+    from tenacity_budget import BackoffPolicy
+
+    policy = BackoffPolicy(base=0.1, cap=1, max_elapsed=10)
+    if client == "requests":
+        import requests
+
+        from tenacity_budget.requests import BudgetAdapter
+
+        session = requests.Session()
+        if budgeted:
+            session.mount("http://", BudgetAdapter(policy))
+        for _ in range(n):
+            session.get(url).content  # noqa: B018 (the body is read, as users do)
+        return
+    import aiohttp
+
+    from tenacity_budget.aiohttp import budget_middleware
+
+    async def run() -> None:
+        middlewares = (budget_middleware(policy),) if budgeted else ()
+        async with aiohttp.ClientSession(middlewares=middlewares) as session:
+            for _ in range(n):
+                async with session.get(url) as response:
+                    await response.read()
+
+    asyncio.run(run())
+
+
+def instructions(url: str) -> dict[str, Any]:
+    """Instructions per request of each client, plain and budgeted: the difference of two
+    valgrind runs (600 and 100 requests), so start-up and imports cancel out."""
+    found: dict[str, Any] = {}
+    for client in ("requests", "aiohttp"):
+        per_request = {}
+        for budgeted in (False, True):
+            counts = []
+            for n in (100, 600):
+                command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+                command += [sys.executable, "-m", "benchmarks.http_clients", "--one"]
+                command += [client, str(int(budgeted)), str(n), url]
+                out = subprocess.run(
+                    command, cwd=ROOT, capture_output=True, text=True, check=True
+                ).stderr
+                counts.append(int(out.rsplit("Collected :", 1)[1].split()[0]))
+            per_request["budgeted" if budgeted else "plain"] = (counts[1] - counts[0]) / 500
+        plain, budgeted_count = per_request["plain"], per_request["budgeted"]
+        found[client] = {
+            "plain": round(plain),
+            "budgeted": round(budgeted_count),
+            "ratio": round(plain / budgeted_count, 4),
+        }
+    return found
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--batch", type=int, default=300)
     parser.add_argument("--no-dribble", action="store_true")
+    parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one:
+        client, budgeted, n, url = args.one
+        _one(client, budgeted == "1", int(n), url)
+        return
     if args.rounds < 5:
         parser.error("--rounds must be at least 5")
     loop = asyncio.new_event_loop()
@@ -257,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
         async_batches, close = aiohttp_batches(url, args.batch, loop)
         times = _rounds({**requests_batches(url, args.batch), **async_batches}, args.rounds)
         close()
+        if args.instructions:
+            result["instructions_per_request"] = instructions(url)
+            print("instructions per request:", result["instructions_per_request"])
     result["requests"] = _ratio(times, "requests", "requests+BudgetAdapter")
     result["aiohttp"] = _ratio(times, "aiohttp", "aiohttp+budget_middleware")
     result["per_request_us"] = {
