@@ -413,3 +413,20 @@ def test_read_timeouts_are_retried_like_connection_errors() -> None:
         s.get(url, timeout=(1.0, 0.05))
     assert isinstance(info.value, BudgetExhausted)
     assert info.value.report.attempts >= 2
+
+
+@pytest.mark.parametrize(("module", "library"), [("requests", "requests"), ("aiohttp", "aiohttp")])
+def test_importing_without_the_library_names_the_extra(module: str, library: str) -> None:
+    import subprocess
+
+    code = (
+        f"import sys; sys.modules[{library!r}] = None\n"
+        "try:\n"
+        f"    import tenacity_budget.{module}\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert f"pip install 'tenacity-budget[{library}]'" in out.stdout
