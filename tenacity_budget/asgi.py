@@ -1,28 +1,22 @@
 """ASGI middleware that makes a caller's deadline the ambient deadline of its request.
 
-A client sending through :class:`tenacity_budget.httpx.AsyncBudgetTransport` (or anything
-else that sets the header) tells the service how long it has left, in whole milliseconds,
-in ``X-Request-Timeout-Ms``. :class:`DeadlineMiddleware` reads it and runs the request
-inside a :func:`~tenacity_budget.deadline_scope` of that length, so every budgeted run the
-handler starts (``policy.retry()``, the transports, :func:`~tenacity_budget.remaining`)
-ends by the caller's deadline::
-
-    from tenacity_budget.asgi import DeadlineMiddleware
-
-    app = DeadlineMiddleware(app, max_timeout=30.0)  # Starlette, FastAPI, any ASGI app
-
-The value is relative ("this much time left"), not an instant, so the two hosts' clocks
-need not agree: the service starts counting when the request reaches it. Pure ASGI: no
-framework is imported.
+:class:`DeadlineMiddleware` reads the caller's time left from any deadline header of
+:data:`tenacity_budget.http.DIALECTS` (ours, ``grpc-timeout``, Envoy's, Connect's) and runs
+the request inside a :func:`~tenacity_budget.deadline_scope` of that length, so every
+budgeted run the handler starts ends by the caller's deadline; with ``shed_expired=True``
+a request whose time is already spent is answered 504 without running the app. Pure
+ASGI: no framework is imported. The guide is docs/deadline-propagation.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any, TypeAlias
 
-from .http import DEADLINE_HEADER, _check_header_name, parse_timeout_ms
+from .http import DEADLINE_HEADER, DIALECTS, _check_header_name, _dialect, parse_timeout_ms
 from .runtime import deadline_scope
 
 __all__ = ["DeadlineMiddleware"]
@@ -35,75 +29,160 @@ Send: TypeAlias = Callable[[Message], Awaitable[None]]
 # apps typed with plain dicts or a framework's own types are accepted as they are.
 ASGIApp: TypeAlias = Callable[..., Awaitable[None]]
 
+# Finagle's DeadlineFilter: at most this fraction of the requests of the last REJECT_PERIOD
+# seconds is shed, so a caller whose clock or header is wrong cannot take a service down.
+REJECT_PERIOD = 10.0
+MAX_REJECT_FRACTION = 0.2
+
+_SHED_BODY = b"deadline expired: the caller has no time left for this request"
+_SHED_HEADERS = [
+    (b"content-type", b"text/plain; charset=utf-8"),
+    (b"content-length", str(len(_SHED_BODY)).encode("ascii")),
+]
+
+
+def _seconds_option(value: object, what: str) -> float | None:
+    """``value`` as a finite number of seconds ``> 0``, or ``None``; raise saying why not."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _readers(
+    header: str | None, headers: Sequence[str] | None
+) -> dict[bytes, Callable[[bytes], float | None]]:
+    """The parser of each header read, by lower-case ASCII name (ASGI's spelling)."""
+    if header is not None and headers is not None:
+        raise TypeError("pass header= or headers=, not both")
+    if header is not None:
+        _check_header_name(header, "header")
+        return {header.lower().encode("ascii"): parse_timeout_ms}
+    if headers is None:
+        chosen = list(DIALECTS.values())
+    elif isinstance(headers, str | bytes) or not isinstance(headers, Iterable):
+        raise TypeError(f"headers must be a sequence of header names, got {headers!r}")
+    else:
+        chosen = [_dialect(name, "headers") for name in headers]
+    return {d.header.lower().encode("ascii"): d.parse for d in chosen}
+
+
+class _ShedWindow:
+    """The requests and the sheds of the last :data:`REJECT_PERIOD` seconds."""
+
+    __slots__ = ("requests", "sheds")
+
+    def __init__(self) -> None:
+        self.requests: deque[float] = deque()
+        self.sheds: deque[float] = deque()
+
+    def seen(self, now: float) -> None:
+        """Count one request, at ``now``."""
+        self.requests.append(now)
+
+    def may_shed(self, now: float) -> bool:
+        """Whether one more shed keeps the sheds within the fraction; counted if so."""
+        start = now - REJECT_PERIOD
+        for times in (self.requests, self.sheds):
+            while times and times[0] <= start:
+                times.popleft()
+        if len(self.sheds) + 1 > MAX_REJECT_FRACTION * len(self.requests):
+            return False
+        self.sheds.append(now)
+        return True
+
 
 class DeadlineMiddleware:
-    """Run each request inside a deadline scope set by its caller's deadline header.
+    """Run each request inside a deadline scope set by its caller's deadline headers.
 
-    For ``http`` and ``websocket`` scopes the middleware reads ``header`` (the caller's
-    time left in whole milliseconds, as :class:`~tenacity_budget.httpx.BudgetTransport`
-    sends it) and runs the app inside :func:`~tenacity_budget.deadline_scope` of that many
-    seconds, counted from the moment the request reaches the middleware. Inside,
-    :func:`~tenacity_budget.remaining` gives the time left and every budgeted run the
-    handler starts ends by then. Sent more than once, the smallest value holds.
-
-    The value is read with :func:`~tenacity_budget.http.parse_timeout_ms`. A missing,
-    malformed or negative header is ignored (the request runs as without the
-    middleware, or under ``max_timeout``), never a 500. ``lifespan`` (and any other scope
-    type) passes through untouched.
-
-    The scope is ambient only: the middleware does not cancel a handler that runs past
-    it. Handlers bound their own work with ``remaining()`` or budgeted runs.
+    For ``http`` and ``websocket`` scopes it reads every deadline header of
+    :data:`~tenacity_budget.http.DIALECTS` (or only ``headers=``, or only ``header=``, one
+    header in our whole-milliseconds format), takes the earliest deadline among the valid
+    values, and runs the app inside :func:`~tenacity_budget.deadline_scope` of that many
+    seconds, counted from the moment the request reaches it. Missing, malformed or
+    negative values are ignored, never a 500; ``lifespan`` passes through untouched. The
+    scope is ambient only: a handler running past it is not cancelled.
 
     Args:
         app: the ASGI application to wrap.
-        header: the header name (case-insensitive).
-        max_timeout: the most time, in seconds, a request may be given: a longer header
-            value is clamped to it, and a request without a (valid) header gets exactly it.
-            ``None``: no cap, and no scope for a request without the header.
+        header: one header to read, in our format (any name, case-insensitive).
+        headers: the dialects to read (names of ``DIALECTS``, any case); default all.
+        max_timeout: the most time, in seconds, a request may be given: a longer value is
+            clamped to it, and a request without a (valid) header gets exactly it.
+        shed_expired: answer an HTTP request 504 at once, without calling the app, when
+            its caller's time left is 0 (or below ``min_timeout``); at most 20% of the
+            requests seen in the last 10 s are shed (Finagle's DeadlineFilter).
+        min_timeout: with ``shed_expired``, the least time left worth starting a request.
+        observers: objects told of each shed request through an optional
+            ``on_shed(name, left)`` hook (``name``: the app's name; ``left``: seconds).
 
     Raises:
-        TypeError, ValueError: for an app that is not callable, a header name that is not
-            a valid HTTP token, or a ``max_timeout`` that is not a finite number ``> 0``.
+        TypeError, ValueError: for an app that is not callable, both ``header`` and
+            ``headers``, an invalid or unknown header name, or a time that is not a finite
+            number ``> 0``.
     """
 
-    __slots__ = ("_name", "app", "header", "max_timeout")
+    __slots__ = (
+        "_name",
+        "_readers",
+        "_window",
+        "app",
+        "header",
+        "headers",
+        "max_timeout",
+        "min_timeout",
+        "observers",
+        "shed_expired",
+    )
 
     def __init__(
         self,
         app: ASGIApp,
         *,
-        header: str = DEADLINE_HEADER,
+        header: str | None = None,
+        headers: Sequence[str] | None = None,
         max_timeout: float | None = None,
+        shed_expired: bool = False,
+        min_timeout: float | None = None,
+        observers: Iterable[Any] = (),
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application (callable), got {type(app).__name__}")
-        _check_header_name(header, "header")
-        if max_timeout is not None:
-            if isinstance(max_timeout, bool) or not isinstance(max_timeout, int | float):
-                raise TypeError(
-                    f"max_timeout must be a number of seconds, got {type(max_timeout).__name__}"
-                )
-            if not math.isfinite(max_timeout) or max_timeout <= 0:
-                raise ValueError(f"max_timeout must be a finite number > 0, got {max_timeout!r}")
+        self._readers = _readers(header, headers)
         self.app = app
-        self.header = header
-        self.max_timeout = None if max_timeout is None else float(max_timeout)
-        # ASGI servers hand header names over lowercased (as bytes).
-        self._name = header.lower().encode("ascii")
+        ours = DEADLINE_HEADER.lower().encode("ascii") in self._readers
+        self.header: str | None = (
+            header if header is not None else (DEADLINE_HEADER if ours else None)
+        )
+        """The header read in our format (by default ours, among all the dialects), or ``None``."""
+        self.headers = tuple(name.decode("ascii") for name in self._readers)
+        """The lower-case names of every header read."""
+        self.max_timeout = _seconds_option(max_timeout, "max_timeout")
+        self.min_timeout = _seconds_option(min_timeout, "min_timeout")
+        if not isinstance(shed_expired, bool):
+            raise TypeError(f"shed_expired must be a bool, got {type(shed_expired).__name__}")
+        self.shed_expired = shed_expired
+        self.observers = tuple(observers)
+        self._window = _ShedWindow()
+        self._name: str = getattr(app, "__qualname__", type(app).__qualname__)
 
     def __repr__(self) -> str:
         return (
-            f"DeadlineMiddleware({self.app!r}, header={self.header!r}, "
-            f"max_timeout={self.max_timeout!r})"
+            f"DeadlineMiddleware({self.app!r}, headers={self.headers!r}, "
+            f"max_timeout={self.max_timeout!r}, shed_expired={self.shed_expired!r})"
         )
 
     def timeout_for(self, headers: Iterable[tuple[bytes, bytes]]) -> float | None:
         """The seconds a request with these (ASGI, raw) headers is given, or ``None``."""
-        name = self._name
+        readers = self._readers
         seconds: float | None = None
         for key, value in headers:
-            if key.lower() == name:
-                parsed = parse_timeout_ms(value)
+            parse = readers.get(key.lower())
+            if parse is not None:
+                parsed = parse(value)
                 if parsed is not None and (seconds is None or parsed < seconds):
                     seconds = parsed
         cap = self.max_timeout
@@ -115,12 +194,34 @@ class DeadlineMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection."""
-        if scope.get("type") not in ("http", "websocket"):
+        kind = scope.get("type")
+        if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         seconds = self.timeout_for(scope.get("headers") or ())
+        if self.shed_expired and kind == "http" and self._shed(seconds):
+            await send({"type": "http.response.start", "status": 504, "headers": _SHED_HEADERS})
+            await send({"type": "http.response.body", "body": _SHED_BODY})
+            return
         if seconds is None:
             await self.app(scope, receive, send)
             return
         with deadline_scope(seconds):
             await self.app(scope, receive, send)
+
+    def _shed(self, seconds: float | None) -> bool:
+        """Whether to answer this HTTP request 504 at once; tells the observers if so."""
+        now = time.monotonic()
+        self._window.seen(now)
+        floor = self.min_timeout
+        expired = seconds is not None and (
+            seconds <= 0.0 or (floor is not None and seconds < floor)
+        )
+        if not expired or not self._window.may_shed(now):
+            return False
+        assert seconds is not None
+        for observer in self.observers:
+            hook = getattr(observer, "on_shed", None)
+            if callable(hook):
+                hook(self._name, seconds)
+        return True

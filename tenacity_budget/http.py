@@ -1,47 +1,29 @@
-"""HTTP on the wire: ``Retry-After`` (:func:`parse_retry_after`, :func:`retry_after`) and the
-deadline header (:func:`format_timeout_ms`, :func:`parse_timeout_ms`).
+"""HTTP on the wire: the waits a server dictates and the deadline headers of every dialect.
 
-``Retry-After`` (RFC 9110 §10.2.3) is either a number of seconds or an HTTP-date. Both
-forms are parsed here, with the standard library (:mod:`email.utils`), so that a server's
-dictated wait never crashes a run::
-
-    from tenacity_budget.http import retry_after
-
-    @policy.retry(retry_after=retry_after, retry=retry_if_exception_type(httpx.HTTPStatusError))
-    def get_user(user_id: str) -> dict:
-        response = httpx.get(f"{base}/users/{user_id}", timeout=remaining(30.0))
-        response.raise_for_status()
-        return response.json()
-
-The number :func:`retry_after` returns replaces the backoff delay of that retry; the budget
-stop still guards it, so a ``Retry-After`` longer than the budget left ends the run
-(``BudgetExhausted``) instead of being slept. This module imports neither httpx nor
-requests: it reads any exception that carries a ``.response`` with ``.headers``.
-
-The deadline header, ``X-Request-Timeout-Ms`` (:data:`DEADLINE_HEADER`), carries the
-caller's time left in whole milliseconds, rounded down: written by
-:mod:`tenacity_budget.httpx`'s transports, read by :mod:`tenacity_budget.asgi`'s
-middleware. It is relative, so the two hosts' clocks need not agree.
+:func:`retry_after` (for ``policy.retry(retry_after=...)``) and :func:`wait_hint` read
+``Retry-After``, ``retry-after-ms``, ``x-ms-retry-after-ms`` and ``RateLimit-Reset`` from
+an exception, a response or its headers; :func:`parse_retry_after` reads one
+``Retry-After`` value. :data:`DIALECTS` maps each deadline header a mesh understands
+(ours, ``X-Request-Timeout-Ms``, gRPC's, Envoy's, Connect's) to the codec that parses and
+writes it. No HTTP library is imported. The guide, with the table of who reads which
+header, is docs/deadline-propagation.md.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from fractions import Fraction
+from types import MappingProxyType
 
 from ._config import check_aware
 
-__all__ = [
-    "DEADLINE_HEADER",
-    "format_timeout_ms",
-    "parse_retry_after",
-    "parse_timeout_ms",
-    "retry_after",
-]
+# DEADLINE_HEADER, format_timeout_ms and parse_timeout_ms stay importable from here (the
+# codec of our own dialect, DIALECTS["x-request-timeout-ms"], is made of the two functions).
+__all__ = ["DIALECTS", "parse_retry_after", "retry_after", "wait_hint"]
 
 DEADLINE_HEADER = "X-Request-Timeout-Ms"
 """The header that carries a caller's time left, in whole milliseconds."""
@@ -52,8 +34,6 @@ _DELAY_SECONDS = re.compile(r"[0-9]+", re.ASCII)
 
 # The obsolete RFC 850 form writes the year with two digits: "Sunday, 06-Nov-94 08:49:37 GMT".
 _RFC850_YEAR = re.compile(r"[0-9]{1,2}-[A-Za-z]{3}-([0-9]{2})(?![0-9])", re.ASCII)
-
-_HEADER = "Retry-After"
 
 _WHOLE_MS = re.compile(rb"[0-9]+", re.ASCII)
 # Milliseconds of more digits than this are far more seconds than a float holds (1.8e308);
@@ -149,27 +129,110 @@ def _rfc850_century(when: datetime, yy: int, now: datetime) -> datetime | None:
         return None
 
 
-def retry_after(exc: BaseException) -> float | None:
-    """The parsed ``Retry-After`` of the response an exception carries, else ``None``.
+def retry_after(exc: object) -> float | None:
+    """The wait the server asked for in the response an exception (or a response) carries.
 
-    Works with any exception that has a ``.response`` whose ``.headers`` is a mapping:
-    ``httpx.HTTPStatusError`` (from ``response.raise_for_status()``), ``requests.HTTPError``,
-    or your own. Usable as it is: ``policy.retry(retry_after=retry_after)``. An exception
-    without a response, or a response without the header, gives ``None`` (back off as
-    usual); it never raises. The value is read with :func:`parse_retry_after`.
+    Reads the headers of ``exc.headers`` (aiohttp's ``ClientResponseError``, a response
+    itself) or of ``exc.response.headers`` (``httpx.HTTPStatusError``,
+    ``requests.HTTPError``, your own) with :func:`wait_hint`. Usable as it is:
+    ``policy.retry(retry_after=retry_after)``. An object without headers, or headers
+    without a valid hint, gives ``None`` (back off as usual); it never raises.
     """
     try:
-        response = getattr(exc, "response", None)
-        headers = getattr(response, "headers", None)
+        headers = getattr(exc, "headers", None)
+        if not isinstance(headers, Mapping):
+            headers = getattr(getattr(exc, "response", None), "headers", None)
     except Exception:  # a property that raises (httpx's .request does): no response here
         return None
-    if not isinstance(headers, Mapping):
+    return wait_hint(headers)
+
+
+def wait_hint(headers: object, *, now: datetime | None = None) -> float | None:
+    """Seconds a response's headers ask the client to wait before trying again, or ``None``.
+
+    The smallest valid hint among ``Retry-After`` (:func:`parse_retry_after`: seconds or an
+    HTTP-date), ``retry-after-ms`` and ``x-ms-retry-after-ms`` (milliseconds, as Azure and
+    OpenAI-style APIs send them; a decimal fraction is accepted) wins. Only when none of
+    the three is valid, ``RateLimit-Reset`` in delta-seconds
+    (draft-ietf-httpapi-ratelimit-headers) is the hint. Names are matched in any case;
+    ``headers`` is any mapping (httpx, requests, aiohttp and plain dicts) or a sequence of
+    ``(name, value)`` pairs (ASGI's raw bytes). Malformed values are ignored; anything that
+    is not headers gives ``None``. Never raises, except for a ``now`` that is not a
+    timezone-aware datetime.
+    """
+    if now is not None:
+        check_aware(now, "now")
+    hints: dict[bool, float] = {}  # the least hint, by "is it RateLimit-Reset"
+    for name, value in _pairs(headers):
+        reader = _HINTS.get(name)
+        seconds = None if reader is None else reader(value, now)
+        if seconds is not None:
+            reset = name == "ratelimit-reset"
+            hints[reset] = min(seconds, hints.get(reset, seconds))
+    return hints.get(False, hints.get(True))
+
+
+def _pairs(headers: object) -> list[tuple[str, object]]:
+    """``(lower-case name, value)`` of each header, ``[]`` for anything that is not headers."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    if not isinstance(items, Iterable) or isinstance(items, str | bytes):
+        return []
+    pairs: list[tuple[str, object]] = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:  # a mapping's items, ASGI's pairs
+            return []
+        key, value = item
+        name = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+        pairs.append((name.lower(), value))
+    return pairs
+
+
+# Milliseconds in a wait hint: digits, optionally a decimal fraction ("1500", "20.5").
+_HINT_MS = re.compile(r"([0-9]{1,400})(?:\.([0-9]{1,400}))?", re.ASCII)
+
+
+def _hint_ms(value: object, _now: datetime | None) -> float | None:
+    """Seconds from a ``retry-after-ms`` value, ``None`` when malformed."""
+    text = _header_text(value)
+    match = None if text is None else _HINT_MS.fullmatch(text)
+    if match is None:
         return None
-    value = headers.get(_HEADER)
-    if value is None:
-        # httpx and requests headers ignore case; a plain dict does not.
-        value = next((v for k, v in headers.items() if str(k).lower() == "retry-after"), None)
-    return parse_retry_after(value)
+    whole: str = match.group(1)
+    fraction: str = match.group(2) or ""
+    scale: int = 1000 * 10 ** len(fraction)
+    try:
+        # one correctly rounded division of exact integers: never above the exact value
+        return int(whole + fraction) / scale
+    except OverflowError:  # more seconds than a float holds
+        return math.inf
+
+
+def _hint_delta_seconds(value: object, _now: datetime | None) -> float | None:
+    """Seconds from a ``RateLimit-Reset`` value (delta-seconds), ``None`` when malformed."""
+    text = _header_text(value)
+    if text is None or not _DELAY_SECONDS.fullmatch(text):
+        return None
+    return float(text)
+
+
+def _hint_retry_after(value: object, now: datetime | None) -> float | None:
+    """Seconds from a ``Retry-After`` value, ``None`` when malformed."""
+    return parse_retry_after(value if isinstance(value, str | bytes) else None, now=now)
+
+
+def _header_text(value: object) -> str | None:
+    """A header value as stripped text, ``None`` when it is not text or bytes."""
+    if isinstance(value, bytes):
+        return value.decode("latin-1").strip()
+    return value.strip() if isinstance(value, str) else None
+
+
+_HINTS = {
+    "retry-after": _hint_retry_after,
+    "retry-after-ms": _hint_ms,
+    "x-ms-retry-after-ms": _hint_ms,
+    "ratelimit-reset": _hint_delta_seconds,
+}
 
 
 def format_timeout_ms(seconds: float) -> str:
@@ -183,16 +246,17 @@ def format_timeout_ms(seconds: float) -> str:
     Raises:
         ValueError: for NaN or an infinite time (a deadline header needs a deadline).
     """
+    if 0.0 < seconds < _EXACT_FROM:  # the common case first: one product, one check
+        ms = int(seconds * 1000.0)  # positive: truncation is the floor
+        if ms / 1000.0 > seconds:  # the product rounded up past a whole millisecond
+            ms -= 1
+        return str(ms)
     if not math.isfinite(seconds):
         raise ValueError(f"a deadline header needs a finite time left, got {seconds!r}")
     if seconds <= 0:
         return "0"
-    if seconds >= _EXACT_FROM:  # the float product would lose whole milliseconds, or overflow
-        return str(math.floor(Fraction(seconds) * 1000))
-    ms = math.floor(seconds * 1000.0)
-    if ms / 1000.0 > seconds:  # the product rounded up past a whole millisecond
-        ms -= 1
-    return str(max(0, ms))
+    # From 2**43 s on, the float product would lose whole milliseconds, or overflow.
+    return str(math.floor(Fraction(seconds) * 1000))
 
 
 def parse_timeout_ms(value: str | bytes | None) -> float | None:
@@ -225,6 +289,177 @@ def parse_timeout_ms(value: str | bytes | None) -> float | None:
         return math.inf
 
 
+class DeadlineDialect:
+    """The codec of one deadline header: ``parse`` reads it, ``format`` writes it.
+
+    ``parse(value)`` gives the seconds left, ``None`` for a malformed, negative or
+    non-finite value; it never raises. ``format(seconds)`` never rounds up (the receiver
+    never believes it has more time than its caller); a time too large for the dialect is
+    clamped to its largest value, and no time left is the dialect's smallest value.
+    ``parse(format(t)) <= t`` for every ``t`` at or above :attr:`smallest`.
+    """
+
+    __slots__ = ("format", "header", "parse", "smallest")
+
+    def __init__(
+        self,
+        header: str,
+        parse: Callable[[str | bytes], float | None],
+        format: Callable[[float], str],
+        smallest: float = 0.0,
+    ) -> None:
+        self.header = header
+        """The header name as the dialect's documentation spells it."""
+        self.parse = parse
+        self.format = format
+        self.smallest = smallest
+        """The least time ``format`` writes (Envoy reads ``0`` as "no timeout")."""
+
+    def __repr__(self) -> str:
+        return f"<DeadlineDialect {self.header}>"
+
+
+def _milliseconds(smallest: int, largest: int | None) -> Callable[[float], str]:
+    """A ``format`` writing whole milliseconds, rounded down, within ``[smallest, largest]``."""
+
+    def format_ms(seconds: float) -> str:
+        if math.isnan(seconds):
+            raise ValueError(f"a deadline header needs a time left, got {seconds!r}")
+        if largest is not None and seconds == math.inf:
+            return str(largest)
+        text = format_timeout_ms(seconds)  # exact whole milliseconds, rounded down
+        if largest is not None and len(text) >= len(str(largest)) and int(text) > largest:
+            return str(largest)
+        return str(smallest) if text == "0" and smallest else text
+
+    return format_ms
+
+
+# gRPC's units, finest first, with how many of each a second holds.
+_GRPC_UNITS: tuple[tuple[str, Fraction], ...] = (
+    ("n", Fraction(10**9)),
+    ("u", Fraction(10**6)),
+    ("m", Fraction(10**3)),
+    ("S", Fraction(1)),
+    ("M", Fraction(1, 60)),
+    ("H", Fraction(1, 3600)),
+)
+_GRPC_MAX = 99_999_999  # "TimeoutValue: positive integer as ASCII string of at most 8 digits"
+_GRPC_TIMEOUT = re.compile(rb"([0-9]{1,8})([HMSmun])", re.ASCII)
+_GRPC_SECONDS: dict[bytes, Callable[[int], float]] = {
+    b"H": lambda n: float(n * 3600),
+    b"M": lambda n: float(n * 60),
+    b"S": float,
+    b"m": lambda n: n / 1000,  # correctly rounded: never above the exact value
+    b"u": lambda n: n / 10**6,
+    b"n": lambda n: n / 10**9,
+}
+
+
+def _format_grpc_timeout(seconds: float) -> str:
+    """A ``grpc-timeout`` value: the finest unit whose count fits in 8 digits, rounded down."""
+    if math.isnan(seconds):
+        raise ValueError(f"a deadline header needs a time left, got {seconds!r}")
+    if seconds <= 0:
+        return "0n"
+    if math.isfinite(seconds):
+        exact = Fraction(seconds)
+        for unit, per_second in _GRPC_UNITS:
+            count = math.floor(exact * per_second)
+            if count <= _GRPC_MAX:
+                return f"{count}{unit}"
+    return f"{_GRPC_MAX}H"
+
+
+def _parse_grpc_timeout(value: str | bytes) -> float | None:
+    """Seconds from a ``grpc-timeout`` value, ``None`` when malformed. Never raises."""
+    if isinstance(value, str):
+        if not value.isascii():
+            return None
+        value = value.encode("ascii")
+    if not isinstance(value, bytes):
+        return None
+    match = _GRPC_TIMEOUT.fullmatch(value.strip(b" \t"))
+    if match is None:
+        return None
+    return _GRPC_SECONDS[match.group(2)](int(match.group(1)))
+
+
+def _parse_ms(value: str | bytes) -> float | None:
+    return parse_timeout_ms(value)
+
+
+# Envoy reads whole milliseconds into a protobuf Duration: at most 10 000 years.
+_ENVOY_MAX_MS = 315_576_000_000_000
+# Connect: "Timeout-Milliseconds: positive integer as ASCII string of at most 10 digits".
+_CONNECT_MAX_MS = 9_999_999_999
+
+DIALECTS: Mapping[str, DeadlineDialect] = MappingProxyType(
+    {
+        dialect.header.lower(): dialect
+        for dialect in (
+            DeadlineDialect(DEADLINE_HEADER, _parse_ms, format_timeout_ms),
+            DeadlineDialect("grpc-timeout", _parse_grpc_timeout, _format_grpc_timeout),
+            DeadlineDialect(
+                "x-envoy-expected-rq-timeout-ms", _parse_ms, _milliseconds(1, _ENVOY_MAX_MS), 0.001
+            ),
+            DeadlineDialect(
+                "x-envoy-upstream-rq-timeout-ms", _parse_ms, _milliseconds(1, _ENVOY_MAX_MS), 0.001
+            ),
+            DeadlineDialect("Connect-Timeout-Ms", _parse_ms, _milliseconds(0, _CONNECT_MAX_MS)),
+        )
+    }
+)
+"""The deadline headers known, by lower-case header name: each one's codec.
+
+``x-request-timeout-ms`` (ours: whole milliseconds, any size), ``grpc-timeout`` (gRPC: at
+most 8 digits and a unit of ``H M S m u n``, the finest that fits), the two Envoy headers
+``x-envoy-expected-rq-timeout-ms`` (Envoy stamps it on the requests it forwards) and
+``x-envoy-upstream-rq-timeout-ms`` (Envoy enforces it as the route timeout), whole
+milliseconds, never below 1, and ``connect-timeout-ms`` (Connect RPC, at most 10 digits).
+"""
+
+
+def _deadline_senders(
+    deadline_header: str | None, deadline_headers: Iterable[str] | None
+) -> tuple[tuple[str, Callable[[float], str]], ...]:
+    """The ``(header, format)`` pairs a client writes the time left with; validated.
+
+    ``deadline_header`` is any header name, sent in our format (``None``: none);
+    ``deadline_headers``, when given, is the full sequence of dialects sent instead.
+
+    Raises:
+        TypeError: for both given, or names that are not strings.
+        ValueError: for an invalid header name, or a dialect :data:`DIALECTS` does not know.
+    """
+    if deadline_headers is None:
+        if deadline_header is None:
+            return ()
+        return ((_check_header_name(deadline_header, "deadline_header"), format_timeout_ms),)
+    if deadline_header != DEADLINE_HEADER:
+        raise TypeError("pass deadline_header= or deadline_headers=, not both")
+    if isinstance(deadline_headers, str | bytes) or not isinstance(deadline_headers, Iterable):
+        raise TypeError(
+            f"deadline_headers must be a sequence of header names, got {deadline_headers!r}"
+        )
+    senders: dict[str, Callable[[float], str]] = {}
+    for name in deadline_headers:
+        dialect = _dialect(name, "deadline_headers")
+        senders.setdefault(dialect.header, dialect.format)
+    return tuple(senders.items())
+
+
+def _dialect(name: object, what: str) -> DeadlineDialect:
+    """The dialect named ``name`` (any case), else raise saying which ones exist."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must hold header names (str), got {name!r}")
+    dialect = DIALECTS.get(name.lower())
+    if dialect is None:
+        known = ", ".join(d.header for d in DIALECTS.values())
+        raise ValueError(f"{what}: unknown deadline header {name!r}; known: {known}")
+    return dialect
+
+
 def _check_header_name(name: object, what: str) -> str:
     """``name`` if it is a valid HTTP header name (an RFC 9110 token), else raise saying so."""
     if not isinstance(name, str):
@@ -232,3 +467,30 @@ def _check_header_name(name: object, what: str) -> str:
     if not _TOKEN.fullmatch(name):
         raise ValueError(f"{what} must be a valid HTTP header name, got {name!r}")
     return name
+
+
+def _check_statuses(statuses: Iterable[int]) -> frozenset[int]:
+    """The ``retry_statuses`` of a client: 4xx and 5xx codes; raise saying why not."""
+    if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
+        raise TypeError(f"retry_statuses must be a set of status codes, got {statuses!r}")
+    found = frozenset(statuses)
+    for status in found:
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise TypeError(f"retry_statuses must hold ints, got {status!r}")
+        if not 400 <= status <= 599:
+            raise ValueError(
+                f"retry_statuses must hold 4xx or 5xx status codes (400-599), got {status}"
+            )
+    return found
+
+
+def _check_methods(methods: Iterable[str]) -> frozenset[str]:
+    """The ``methods`` of a client, upper case; raise saying why not."""
+    if isinstance(methods, str | bytes) or not isinstance(methods, Iterable):
+        raise TypeError(f"methods must be a set of HTTP method names, got {methods!r}")
+    found: set[str] = set()
+    for method in methods:
+        if not isinstance(method, str) or not method.isascii() or not method.isalpha():
+            raise ValueError(f"methods must hold HTTP method names such as 'GET', got {method!r}")
+        found.add(method.upper())
+    return frozenset(found)

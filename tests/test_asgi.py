@@ -19,6 +19,8 @@ from tenacity_budget import (
     remaining,
 )
 from tenacity_budget.asgi import DeadlineMiddleware
+from tenacity_budget.http import DIALECTS
+from tenacity_budget.runtime import RetryObserver
 from tenacity_budget.testing import VirtualClock
 
 Scope = dict[str, Any]
@@ -268,13 +270,170 @@ def test_defaults() -> None:
     assert app.max_timeout is None
 
 
+# -- every dialect -----------------------------------------------------------------------------
+
+
+async def test_every_dialect_is_read_by_default(virtual_clock: VirtualClock) -> None:
+    for name, value, left in [
+        (b"grpc-timeout", b"1500m", 1.5),
+        (b"grpc-timeout", b"2S", 2.0),
+        (b"x-envoy-expected-rq-timeout-ms", b"800", 0.8),
+        (b"x-envoy-upstream-rq-timeout-ms", b"900", 0.9),
+        (b"connect-timeout-ms", b"1100", 1.1),
+        (b"x-request-timeout-ms", b"1200", 1.2),
+    ]:
+        inner = Recorder()
+        await call(DeadlineMiddleware(inner), headers=[(name, value)])
+        assert inner.seen == [pytest.approx(left, abs=1e-6)], name
+
+
+async def test_the_earliest_valid_deadline_among_the_dialects_holds(
+    virtual_clock: VirtualClock,
+) -> None:
+    inner = Recorder()
+    headers = [
+        (b"x-request-timeout-ms", b"3000"),
+        (b"grpc-timeout", b"2500m"),
+        (b"x-envoy-expected-rq-timeout-ms", b"soon"),  # malformed: ignored
+        (b"grpc-timeout", b"1S2"),  # malformed: ignored
+        (b"connect-timeout-ms", b"2700"),
+    ]
+    await call(DeadlineMiddleware(inner), headers=headers)
+    assert inner.seen == [pytest.approx(2.5, abs=1e-6)]
+
+
+async def test_headers_narrows_the_dialects_read(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, headers=("GRPC-Timeout", "x-envoy-expected-rq-timeout-ms"))
+    assert app.headers == ("grpc-timeout", "x-envoy-expected-rq-timeout-ms")
+    await call(app, headers=[(b"x-request-timeout-ms", b"100"), (b"grpc-timeout", b"4S")])
+    await call(app, headers=[(b"x-request-timeout-ms", b"100")])
+    assert inner.seen == [pytest.approx(4.0, abs=1e-6), None]
+    nothing = Recorder()
+    await call(DeadlineMiddleware(nothing, headers=()), headers=[(b"grpc-timeout", b"1S")])
+    assert nothing.seen == [None]
+
+
+async def test_header_reads_one_header_in_our_format_only(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, header="X-Request-Timeout-Ms")
+    assert app.headers == ("x-request-timeout-ms",)
+    await call(app, headers=[(b"grpc-timeout", b"1S"), (b"x-request-timeout-ms", b"3000")])
+    assert inner.seen == [pytest.approx(3.0, abs=1e-6)]
+
+
+def test_default_reads_every_dialect() -> None:
+    assert set(DeadlineMiddleware(Recorder()).headers) == set(DIALECTS)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"header": "X-Request-Timeout-Ms", "headers": ("grpc-timeout",)}, TypeError),
+        ({"headers": ("x-deadline",)}, ValueError),
+        ({"headers": "grpc-timeout"}, TypeError),
+        ({"headers": (b"grpc-timeout",)}, TypeError),
+        ({"min_timeout": 0}, ValueError),
+        ({"min_timeout": "1"}, TypeError),
+        ({"shed_expired": 1}, TypeError),
+    ],
+)
+def test_bad_dialect_options_are_refused(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        DeadlineMiddleware(Recorder(), **kwargs)
+
+
+# -- shedding expired requests -----------------------------------------------------------------
+
+
+class ShedRecorder:
+    """An observer with the optional on_shed hook (and the usual ones)."""
+
+    def __init__(self) -> None:
+        self.shed: list[tuple[str, float]] = []
+
+    def on_call(self, name: str) -> None: ...
+    def on_retry(self, name: str, attempt: int, sleep: float) -> None: ...
+    def on_success(self, name: str, attempts: int) -> None: ...
+    def on_exhausted(self, name: str, report: Any) -> None: ...
+
+    def on_shed(self, name: str, left: float) -> None:
+        self.shed.append((name, left))
+
+
+async def test_an_expired_request_is_answered_504_without_the_app(
+    virtual_clock: VirtualClock,
+) -> None:
+    inner = Recorder()
+    observer = ShedRecorder()
+    plain = type("Plain", (), {"on_call": lambda self, name: None})()  # no on_shed
+    assert isinstance(observer, RetryObserver)  # the hook is optional: still an observer
+    app = DeadlineMiddleware(inner, shed_expired=True, observers=(observer, plain))
+    for _ in range(4):
+        await call(app, headers=[(b"x-request-timeout-ms", b"5000")])
+    sent = await call(app, headers=[(b"grpc-timeout", b"0m")])
+    assert sent[0]["status"] == 504
+    assert b"deadline" in sent[1]["body"]
+    assert len(inner.seen) == 4  # the app never saw the shed request
+    assert observer.shed == [("Recorder", 0.0)]
+
+
+async def test_the_shed_is_off_by_default(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    sent = await call(DeadlineMiddleware(inner), headers=[(b"x-request-timeout-ms", b"0")])
+    assert sent[0]["status"] == 200
+    assert inner.seen == [0.0]
+
+
+async def test_min_timeout_sheds_requests_with_too_little_time(
+    virtual_clock: VirtualClock,
+) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, shed_expired=True, min_timeout=0.05)
+    for _ in range(4):
+        await call(app)  # no header: never shed, but counted
+    assert (await call(app, headers=[(b"grpc-timeout", b"49m")]))[0]["status"] == 504
+    for _ in range(5):
+        await call(app)
+    assert (await call(app, headers=[(b"grpc-timeout", b"50m")]))[0]["status"] == 200
+    assert (await call(app, headers=[(b"grpc-timeout", b"10m")]))[0]["status"] == 504
+
+
+async def test_never_more_than_a_fifth_of_ten_seconds_of_requests_is_shed(
+    virtual_clock: VirtualClock,
+) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, shed_expired=True)
+    expired = [(b"x-request-timeout-ms", b"0")]
+    statuses = [(await call(app, headers=expired))[0]["status"] for _ in range(20)]
+    # The 5th request is the first a shed leaves at 20%: 1 of 5, then 2 of 10, ...
+    assert [i + 1 for i, status in enumerate(statuses) if status == 504] == [5, 10, 15, 20]
+    assert inner.seen == [0.0] * 16  # the others ran, with no time left
+    virtual_clock.advance(9.9)
+    assert (await call(app, headers=expired))[0]["status"] == 200  # 5 of 21 would be > 20%
+    virtual_clock.advance(0.2)  # the first 20 requests and their 4 sheds left the window
+    statuses = [(await call(app, headers=expired))[0]["status"] for _ in range(5)]
+    assert statuses == [200, 200, 200, 504, 200]  # 1 of the 5 in the window, then 1 of 6
+
+
+async def test_websockets_are_never_shed(virtual_clock: VirtualClock) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, shed_expired=True)
+    for _ in range(5):
+        await call(app, "websocket", headers=[(b"x-request-timeout-ms", b"0")])
+    assert inner.seen == [0.0] * 5
+
+
 # -- property ------------------------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from([b"x-request-timeout-ms", b"other"]), st.binary(max_size=30)),
+        st.tuples(
+            st.sampled_from([name.encode() for name in DIALECTS] + [b"other"]),
+            st.binary(max_size=30),
+        ),
         max_size=4,
     ),
     st.none() | st.floats(0.001, 1e6),

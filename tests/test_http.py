@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 import requests
@@ -22,6 +23,7 @@ from tenacity_budget.http import (
     parse_retry_after,
     parse_timeout_ms,
     retry_after,
+    wait_hint,
 )
 from tenacity_budget.testing import VirtualClock
 
@@ -343,10 +345,10 @@ def test_a_retry_after_beyond_the_budget_ends_the_run(virtual_clock: VirtualCloc
     assert info.value.report.attempts == 1
 
 
-def test_importing_the_module_imports_neither_httpx_nor_requests() -> None:
+def test_importing_the_module_imports_no_http_library() -> None:
     code = (
         "import sys, tenacity_budget.http; "
-        "print(sorted(m for m in ('httpx', 'requests') if m in sys.modules))"
+        "print(sorted(m for m in ('httpx', 'requests', 'aiohttp') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
@@ -413,3 +415,101 @@ def test_the_header_never_gives_more_time_than_was_left(seconds: float) -> None:
 def test_parse_timeout_ms_never_raises(value: str | bytes | None) -> None:
     result = parse_timeout_ms(value)
     assert result is None or result >= 0.0
+
+
+# -- wait hints beyond Retry-After -----------------------------------------------------------
+
+
+def _aiohttp_error(headers: dict[str, str] | None) -> aiohttp.ClientResponseError:
+    from multidict import CIMultiDict, CIMultiDictProxy
+    from yarl import URL
+
+    info = aiohttp.RequestInfo(
+        URL("http://service.test/"),
+        "GET",
+        CIMultiDictProxy(CIMultiDict()),
+        URL("http://service.test/"),
+    )
+    raw = None if headers is None else CIMultiDictProxy(CIMultiDict(headers))
+    return aiohttp.ClientResponseError(info, (), status=429, headers=raw)
+
+
+def test_retry_after_reads_an_aiohttp_client_response_error() -> None:
+    assert retry_after(_aiohttp_error({"Retry-After": "30"})) == 30.0
+    assert retry_after(_aiohttp_error({"retry-after-ms": "250"})) == 0.25
+    assert retry_after(_aiohttp_error({})) is None
+    assert retry_after(_aiohttp_error(None)) is None
+
+
+def test_retry_after_reads_any_object_with_headers() -> None:
+    assert retry_after(_Headers({"Retry-After": "6"})) == 6.0
+    assert retry_after(httpx.Response(429, headers={"x-ms-retry-after-ms": "1500"})) == 1.5
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"Retry-After-Ms": "20.5"}, 0.0205),
+        ({"x-ms-retry-after-ms": "0"}, 0.0),
+        ({"Retry-After": "30", "retry-after-ms": "1500"}, 1.5),  # the smallest wins
+        ({"Retry-After": "1", "x-ms-retry-after-ms": "9000"}, 1.0),
+        ({"Retry-After": "2", "retry-after-ms": "3000", "x-ms-retry-after-ms": "2500"}, 2.0),
+        ({"Retry-After": "later", "retry-after-ms": "400"}, 0.4),  # the malformed one ignored
+        ({"RateLimit-Reset": "7"}, 7.0),
+        ({"RateLimit-Reset": "7", "Retry-After": "60"}, 60.0),  # only when none of the three
+        ({"RateLimit-Reset": "7", "retry-after-ms": "-1"}, 7.0),
+        ({"RateLimit-Reset": "1.5"}, None),  # delta-seconds: digits only
+        ({"retry-after-ms": "-5"}, None),
+        ({"retry-after-ms": "1e3"}, None),
+        ({"retry-after-ms": "nan"}, None),
+        ({"retry-after-ms": ""}, None),
+        ({"retry-after-ms": "\u0661\u0662"}, None),  # Arabic-Indic digits are not ASCII
+        ({}, None),
+    ],
+)
+def test_wait_hint(headers: dict[str, str], expected: float | None) -> None:
+    assert wait_hint(headers) == expected
+    assert wait_hint(httpx.Headers(headers, encoding="utf-8")) == expected
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    assert wait_hint(raw) == expected
+
+
+def test_wait_hint_reads_an_http_date_against_now() -> None:
+    later = format_datetime(NOW + timedelta(seconds=42), usegmt=True)
+    assert wait_hint({"Retry-After": later, "retry-after-ms": "50000"}, now=NOW) == 42.0
+    with pytest.raises(ValueError, match="aware"):
+        wait_hint({}, now=datetime(2015, 10, 21))
+
+
+@pytest.mark.parametrize("headers", [None, 5, "Retry-After: 5", ["Retry-After", "5"], [(1,)]])
+def test_wait_hint_of_anything_but_headers_is_none(headers: object) -> None:
+    assert wait_hint(headers) is None
+
+
+_HINT_NAMES = st.sampled_from(
+    ["Retry-After", "retry-after-ms", "X-MS-Retry-After-Ms", "RateLimit-Reset", "Other"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_HINT_NAMES, st.text(max_size=30) | st.binary(max_size=30)), max_size=6))
+def test_wait_hint_never_raises_and_never_goes_negative(
+    pairs: list[tuple[str, str | bytes]],
+) -> None:
+    hint = wait_hint(pairs, now=NOW)
+    assert hint is None or hint >= 0.0
+
+
+def test_a_wait_hint_in_milliseconds_drives_policy_retry(virtual_clock: VirtualClock) -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=60, jitter="none")
+    hints = [{"retry-after-ms": "250"}, {"x-ms-retry-after-ms": "1500", "Retry-After": "9"}]
+
+    @policy.retry(retry_after=retry_after)
+    def fetch() -> str:
+        if hints:
+            raise _httpx_status_error(hints.pop(0))
+        return "ok"
+
+    assert fetch() == "ok"
+    assert virtual_clock.sleeps == [0.25, 1.5]

@@ -172,3 +172,32 @@ def test_async_deadline_from_call_arguments_and_retry_after(clock: Clock) -> Non
     assert report.reason is StopReason.DEADLINE
     assert clock.sleeps == [10.0]
     assert clock.elapsed() == 14.0
+
+
+def test_the_built_in_retry_after_reads_aiohttps_client_response_error(clock: Clock) -> None:
+    """Issue 17: aiohttp's ``raise_for_status()`` error carries ``.headers``, not a response.
+
+    Its ``Retry-After: 30`` used to be ignored (the backoff's 0.03 s was slept instead).
+    """
+    import aiohttp
+    from multidict import CIMultiDict, CIMultiDictProxy
+    from yarl import URL
+
+    from tenacity_budget.http import retry_after
+
+    url = URL("http://service.test/")
+    info = aiohttp.RequestInfo(url, "GET", CIMultiDictProxy(CIMultiDict()), url)
+    policy = BackoffPolicy(base=0.03, factor=2, cap=1, max_elapsed=100, jitter="none")
+    calls = 0
+
+    @policy.retry(sleep=clock.sleep, retry_after=retry_after)
+    def fetch() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            headers = CIMultiDictProxy(CIMultiDict({"Retry-After": "30"}))
+            raise aiohttp.ClientResponseError(info, (), status=429, headers=headers)
+        return "ok"
+
+    assert fetch() == "ok"
+    assert clock.sleeps == [30.0]

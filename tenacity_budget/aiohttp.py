@@ -1,0 +1,290 @@
+"""An aiohttp client middleware that retries within a budget and tells the next hop its deadline.
+
+``aiohttp.ClientSession(middlewares=(budget_middleware(policy),))`` (aiohttp >= 3.12)
+sends each request as one budgeted run of the policy, with the semantics of
+:mod:`tenacity_budget.httpx`'s transports; every attempt is cancelled when the run's time
+is up, and the errors it raises stay aiohttp's (``ClientConnectionError``,
+``ServerTimeoutError``). :func:`tenacity_budget.http.retry_after` reads aiohttp's
+``ClientResponseError`` too. Needs the ``aiohttp`` extra; the guide is docs/cookbook.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from tenacity import retry_if_exception
+
+try:  # the real library: an absolute import, never this module
+    import aiohttp
+    from aiohttp import payload as _payload
+except ImportError as exc:  # a missing extra, named at import
+    raise ImportError(
+        "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
+    ) from exc
+
+from ._clients import RetryableStatus, exhausted, first_time_left
+from .exhaustion import BudgetExhausted
+from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
+from .runtime import deadline_scope, remaining
+
+if TYPE_CHECKING:
+    from .policy import BackoffPolicy
+
+__all__ = ["budget_middleware"]
+
+Handler = Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]]
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, RetryableStatus | aiohttp.ClientConnectionError)
+
+
+def _replayable(body: object) -> bool:
+    """Whether a request body is the same bytes on every attempt (a stream is not)."""
+    return body == b"" or isinstance(body, _payload.BytesPayload)
+
+
+class _Call:
+    """One request's run: the request, the next handler, the latest response."""
+
+    __slots__ = ("first", "handler", "received", "request", "returned")
+
+    def __init__(
+        self, request: aiohttp.ClientRequest, handler: Handler, first: BaseException
+    ) -> None:
+        self.request = request
+        self.handler = handler
+        self.first: BaseException | None = first
+        self.received: aiohttp.ClientResponse | None = None
+        self.returned: aiohttp.ClientResponse | None = None
+
+
+class BudgetMiddleware:
+    """The middleware :func:`budget_middleware` returns; its options are attributes."""
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        retry_statuses: Iterable[int],
+        methods: Iterable[str],
+        deadline_header: str | None,
+        deadline_headers: Iterable[str] | None,
+        budget: Any,
+    ) -> None:
+        from .policy import BackoffPolicy
+
+        if not isinstance(policy, BackoffPolicy):
+            raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self.retry_statuses = _check_statuses(retry_statuses)
+        self.methods = _check_methods(methods)
+        self.budget = budget
+        self._senders = _deadline_senders(deadline_header, deadline_headers)
+        self._retried = policy.retry(
+            budget=budget, retry=retry_if_exception(_retryable), retry_after=retry_after
+        )(self._attempt)
+        self._watchdog: _Watchdog | None = None
+
+    def __repr__(self) -> str:
+        return f"<budget_middleware {self.policy!r}>"
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: Handler
+    ) -> aiohttp.ClientResponse:
+        """Send ``request`` as one budgeted run (see :func:`budget_middleware`)."""
+        # The first attempt is sent at once, as the run's would be (same admission, the
+        # run's time left); only a retryable outcome enters the run, which replays it first
+        # and ends by the first attempt's end: what one run from the start would do.
+        left = first_time_left(self.policy)
+        ends = time.monotonic() + left
+        watchdog, task = self._admit(request, left)
+        failure: Exception | None = None
+        try:
+            response = await handler(request)
+        except asyncio.CancelledError:
+            if not watchdog.cut_off(task):
+                raise
+            failure = _time_up(left)
+        except Exception as exc:
+            failure = exc
+        finally:
+            watchdog.unwatch(task)
+        if failure is not None:
+            if not _retryable(failure) or not self._retries(request):
+                if self.budget is not None:
+                    await self._deposit()
+                raise failure
+            return await self._enter(_Call(request, handler, failure), ends)
+        if response.status in self.retry_statuses and self._retries(request):
+            first = RetryableStatus(response, response.status)
+            return await self._enter(_Call(request, handler, first), ends)
+        if self.budget is not None:
+            await self._deposit()
+        return response
+
+    def _retries(self, request: aiohttp.ClientRequest) -> bool:
+        """Whether ``request`` may be sent again: a listed method, a body of bytes."""
+        return request.method in self.methods and _replayable(request.body)
+
+    def _admit(
+        self, request: aiohttp.ClientRequest, left: float
+    ) -> tuple[_Watchdog, asyncio.Task[Any]]:
+        """Admit one attempt with ``left`` seconds: the deadline headers, the hard stop."""
+        if left < 0.0:
+            left = 0.0
+        for name, format_left in self._senders:
+            request.headers[name] = format_left(left)
+        loop = asyncio.get_running_loop()
+        watchdog = self._watchdog
+        if watchdog is None or watchdog.loop is not loop:
+            watchdog = self._watchdog = _Watchdog(loop)
+        task = asyncio.current_task(loop)
+        if task is None:  # pragma: no cover (aiohttp always runs in a task)
+            raise RuntimeError("budget_middleware runs inside an asyncio task")
+        watchdog.watch(task, loop.time() + left)
+        return watchdog, task
+
+    async def _deposit(self) -> None:
+        """The deposit of a request the run was not entered for (the run deposits its own)."""
+        deposited = self.budget.deposit()
+        if inspect.isawaitable(deposited):
+            await deposited
+
+    async def _enter(self, call: _Call, ends: float) -> aiohttp.ClientResponse:
+        """The budgeted run of a request whose first attempt called for a retry."""
+        try:
+            with deadline_scope(max(0.0, ends - time.monotonic())):
+                return await self._retried(call)
+        except BudgetExhausted as spent:
+            last = spent.last_attempt.exception() if spent.last_attempt.failed else None
+            if isinstance(last, RetryableStatus):
+                call.received = None
+                returned: aiohttp.ClientResponse = last.response
+                return returned
+            if isinstance(last, aiohttp.ClientError):
+                raise exhausted(last, spent) from last
+            raise
+        finally:
+            if call.received is not None and call.received is not call.returned:
+                call.received.release()
+
+    async def _attempt(self, call: _Call) -> aiohttp.ClientResponse:
+        """One attempt of the run: the first one's outcome again, then real ones."""
+        first, call.first = call.first, None
+        if first is not None:
+            if isinstance(first, RetryableStatus):
+                call.received = first.response
+            raise first
+        previous, call.received = call.received, None
+        if previous is not None:  # the run is retrying it: discard it
+            previous.release()
+        left = remaining()
+        assert left is not None  # always inside the run
+        watchdog, task = self._admit(call.request, left)
+        try:
+            response = call.received = await call.handler(call.request)
+        except asyncio.CancelledError:
+            if watchdog.cut_off(task):
+                raise _time_up(left) from None
+            raise
+        finally:
+            watchdog.unwatch(task)
+        if response.status in self.retry_statuses:
+            raise RetryableStatus(response, response.status)
+        call.returned = response
+        return response
+
+
+def _time_up(left: float) -> aiohttp.ServerTimeoutError:
+    """The error of an attempt the hard stop cut: aiohttp's own kind of timeout."""
+    return aiohttp.ServerTimeoutError(
+        f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s"
+    )
+
+
+class _Watchdog:
+    """The hard stop of every attempt of one event loop, with one timer for them all.
+
+    Each attempt is watched until its end (a loop time); the timer is armed for the
+    earliest end and, when it fires, cuts the attempts past their end and arms itself for
+    the next. Sequential requests that each end before the timer fires cost a dict entry,
+    not a timer each (asyncio.timeout's per-request timer is a third of the middleware).
+    """
+
+    __slots__ = ("cut", "loop", "tasks", "timer", "when")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.tasks: dict[asyncio.Task[Any], float] = {}
+        self.cut: set[asyncio.Task[Any]] = set()
+        self.timer: asyncio.TimerHandle | None = None
+        self.when = math.inf
+
+    def watch(self, task: asyncio.Task[Any], end: float) -> None:
+        """Cancel ``task`` at the loop time ``end`` unless it is unwatched before."""
+        self.tasks[task] = end
+        if end < self.when:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.when = end
+            self.timer = self.loop.call_at(end, self._fire)
+
+    def unwatch(self, task: asyncio.Task[Any]) -> None:
+        """The attempt of ``task`` ended: leave it alone."""
+        self.tasks.pop(task, None)
+        if self.cut:
+            self.cut.discard(task)
+
+    def cut_off(self, task: asyncio.Task[Any]) -> bool:
+        """Whether the cancellation ``task`` received is the watchdog's alone (consumed)."""
+        return task in self.cut and task.uncancel() == 0
+
+    def _fire(self) -> None:
+        now = self.loop.time()
+        earliest = math.inf
+        for task, end in list(self.tasks.items()):
+            if end <= now:
+                del self.tasks[task]
+                self.cut.add(task)
+                task.cancel()
+            elif end < earliest:
+                earliest = end
+        self.when = earliest
+        self.timer = None if earliest == math.inf else self.loop.call_at(earliest, self._fire)
+
+
+def budget_middleware(
+    policy: BackoffPolicy,
+    *,
+    retry_statuses: frozenset[int] = frozenset({429, 502, 503, 504}),
+    methods: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}),
+    deadline_header: str | None = "X-Request-Timeout-Ms",
+    deadline_headers: Iterable[str] | None = None,
+    budget: Any = None,
+) -> BudgetMiddleware:
+    """An aiohttp client middleware sending each request as one budgeted run of ``policy``.
+
+    ``aiohttp.ClientSession(middlewares=(budget_middleware(policy),))``. It retries
+    connection errors and timeouts (``aiohttp.ClientConnectionError``) and the
+    ``retry_statuses``, for the ``methods`` (and a body of bytes); honours
+    ``Retry-After``, ``retry-after-ms``, ``x-ms-retry-after-ms`` (and ``RateLimit-Reset``)
+    within the budget; draws every retry from ``budget``; cancels every attempt when the
+    run's time is up (connecting, sending, waiting for the response headers; the body is
+    read after, by you); and sends the time left downstream in ``deadline_header`` (our
+    format; ``None``: none) or each dialect of ``deadline_headers``. Spent on a status,
+    the last response is returned (the ones before are released); spent on a connection
+    error or cut, the error raised is of aiohttp's own kind (``ClientConnectorError``,
+    ``ServerTimeoutError``...) and also a :class:`~tenacity_budget.BudgetExhausted`
+    carrying ``.report``.
+
+    Raises:
+        TypeError, ValueError: for a bad option, at once.
+    """
+    return BudgetMiddleware(
+        policy, retry_statuses, methods, deadline_header, deadline_headers, budget
+    )

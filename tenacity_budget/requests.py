@@ -1,0 +1,228 @@
+"""A requests adapter that retries within a budget and tells the next hop its deadline.
+
+``session.mount("https://", BudgetAdapter(policy))`` sends each request as one budgeted
+run of the policy, with the semantics of :mod:`tenacity_budget.httpx`'s transports; the
+errors it raises stay ``requests.RequestException``. Needs the ``requests`` extra
+(``pip install 'tenacity-budget[requests]'``). The guide, with what requests cannot bound
+(a read timeout is per socket read, not per response), is docs/cookbook.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tenacity import retry_if_exception
+
+try:  # the real library: an absolute import, never this module
+    import requests
+    from requests.adapters import HTTPAdapter
+except ImportError as exc:  # a missing extra, named at import
+    raise ImportError(
+        "tenacity_budget.requests needs requests: pip install 'tenacity-budget[requests]'"
+    ) from exc
+
+from ._clients import RetryableStatus, exhausted, first_time_left
+from .exhaustion import BudgetExhausted
+from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
+from .runtime import deadline_scope, remaining
+
+if TYPE_CHECKING:
+    from .policy import BackoffPolicy
+
+__all__ = ["BudgetAdapter"]
+
+# A time left past this (about 31 years) bounds no socket call (Python's socket timeouts
+# overflow past about 9.2e9 s); the caller's own timeouts apply.
+_UNBOUNDED = 1e9
+# The least timeout an admitted attempt is sent with: urllib3 reads 0 as "non-blocking".
+_LEAST = 0.001
+
+# Connection errors a retry cannot cure: a certificate, a proxy that refuses us.
+_NOT_RETRIED = (requests.exceptions.SSLError, requests.exceptions.ProxyError)
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, RetryableStatus):
+        return True
+    retried = isinstance(exc, requests.ConnectionError | requests.Timeout)
+    return retried and not isinstance(exc, _NOT_RETRIED)
+
+
+def _timeouts(own: Any, left: float) -> Any:
+    """The (connect, read) timeouts of an attempt: the time left, or the caller's if less."""
+    if isinstance(own, tuple):
+        connect, read = own
+    elif isinstance(own, int | float) and not isinstance(own, bool):
+        connect = read = own
+    else:  # None, or urllib3's Timeout (whose phases requests passes on as they are)
+        connect = getattr(own, "connect_timeout", None)
+        read = getattr(own, "read_timeout", None)
+    if left > _UNBOUNDED:
+        return connect, read
+    left = max(left, _LEAST)
+    return (
+        left if connect is None or connect > left else connect,
+        left if read is None or read > left else read,
+    )
+
+
+def _replayable(body: object) -> bool:
+    """Whether a prepared body is the same bytes on every attempt (a file or generator is not)."""
+    return body is None or isinstance(body, bytes | str)
+
+
+class BudgetAdapter(HTTPAdapter):
+    """A :class:`requests.adapters.HTTPAdapter` that sends each request as one budgeted run.
+
+    ``session.mount("https://", BudgetAdapter(policy))``. It retries connection errors and
+    timeouts, and the ``retry_statuses``, for the ``methods`` (and a replayable body);
+    honours ``Retry-After``, ``retry-after-ms``, ``x-ms-retry-after-ms`` (and
+    ``RateLimit-Reset``) within the budget; draws every retry from ``budget``; sets each
+    attempt's connect and read timeouts to the time left (or the caller's ``timeout=``
+    where shorter); and sends the time left downstream in ``deadline_header`` (our
+    format; ``None``: none) or in each dialect of ``deadline_headers``. Spent on a status,
+    the last response is returned; spent on a connection error or a timeout, the error
+    raised is of requests' own kind (``requests.ConnectionError``, ``requests.Timeout``...)
+    and also a :class:`~tenacity_budget.BudgetExhausted` carrying ``.report``. urllib3's
+    own retries are off (``max_retries=0``).
+
+    Args:
+        policy: the budget of each request.
+        retry_statuses: response statuses to retry: 4xx and 5xx codes only.
+        methods: request methods to retry; any other is sent once, still bounded.
+        deadline_header: the header carrying the time left in whole milliseconds.
+        deadline_headers: the dialects (names of :data:`tenacity_budget.http.DIALECTS`)
+            to send instead; ``()`` sends none.
+        budget: a :class:`~tenacity_budget.RetryBudget` every retry draws from.
+        **adapter_kwargs: ``pool_connections``, ``pool_maxsize``, ``pool_block``.
+
+    Raises:
+        TypeError, ValueError: at construction, for a bad option (``max_retries`` too).
+    """
+
+    def __init__(
+        self,
+        policy: BackoffPolicy,
+        *,
+        retry_statuses: frozenset[int] = frozenset({429, 502, 503, 504}),
+        methods: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}),
+        deadline_header: str | None = "X-Request-Timeout-Ms",
+        deadline_headers: Iterable[str] | None = None,
+        budget: Any = None,
+        **adapter_kwargs: Any,
+    ) -> None:
+        from .policy import BackoffPolicy
+
+        if not isinstance(policy, BackoffPolicy):
+            raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
+        if "max_retries" in adapter_kwargs:
+            raise TypeError("max_retries is always 0 in a BudgetAdapter: the policy retries")
+        self.policy = policy
+        self.retry_statuses = _check_statuses(retry_statuses)
+        self.methods = _check_methods(methods)
+        self.budget = budget
+        self._senders = _deadline_senders(deadline_header, deadline_headers)
+        super().__init__(max_retries=0, **adapter_kwargs)
+        self._retried = policy.retry(
+            budget=budget, retry=retry_if_exception(_retryable), retry_after=retry_after
+        )(self._attempt)
+
+    def __repr__(self) -> str:
+        return f"<BudgetAdapter {self.policy!r}>"
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+        verify: bool | str = True,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        """Send ``request`` as one budgeted run (see the class)."""
+        options = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
+        call = _Call(request, timeout, options)
+        retried = request.method in self.methods and _replayable(request.body)
+        # The first attempt is sent at once, as the run's would be (same admission, the
+        # run's time left); only a retryable outcome enters the run, which replays it first
+        # and ends by the first attempt's end: what one run from the start would do.
+        left = first_time_left(self.policy)
+        ends = time.monotonic() + left
+        try:
+            response = self._admit(call, left)
+        except BaseException as exc:
+            if not retried or not _retryable(exc):
+                self._deposit()
+                raise
+            call.first = exc
+        else:
+            if not retried or response.status_code not in self.retry_statuses:
+                self._deposit()
+                return response
+            call.first = RetryableStatus(response, response.status_code)
+        with deadline_scope(max(0.0, ends - time.monotonic())):
+            return self._run(call)
+
+    def _deposit(self) -> None:
+        """The deposit of a request the run was not entered for (the run deposits its own)."""
+        if self.budget is not None:
+            self.budget.deposit()
+
+    def _run(self, call: _Call) -> requests.Response:
+        """The budgeted run of a request whose first attempt called for a retry."""
+        try:
+            return self._retried(call)
+        except BudgetExhausted as spent:
+            last = spent.last_attempt.exception() if spent.last_attempt.failed else None
+            if isinstance(last, RetryableStatus):
+                call.received = None
+                returned: requests.Response = last.response
+                return returned
+            if isinstance(last, requests.RequestException):
+                raise exhausted(last, spent) from last
+            raise
+        finally:
+            if call.received is not None and call.received is not call.returned:
+                call.received.close()
+
+    def _attempt(self, call: _Call) -> requests.Response:
+        """One attempt of the run: the first one's outcome again, then real ones."""
+        first, call.first = call.first, None
+        if first is not None:
+            if isinstance(first, RetryableStatus):
+                call.received = first.response
+            raise first
+        previous, call.received = call.received, None
+        if previous is not None:  # the run is retrying it: discard it
+            previous.close()
+        left = remaining()
+        assert left is not None  # always inside the run
+        response = call.received = self._admit(call, left)
+        if response.status_code in self.retry_statuses:
+            raise RetryableStatus(response, response.status_code)
+        call.returned = response
+        return response
+
+    def _admit(self, call: _Call, left: float) -> requests.Response:
+        """Send one attempt with ``left`` seconds: the deadline headers and the timeouts."""
+        for name, format_left in self._senders:
+            call.request.headers[name] = format_left(max(left, 0.0))
+        return super().send(call.request, timeout=_timeouts(call.timeout, left), **call.options)
+
+
+class _Call:
+    """One request's run: the request, the caller's options, the latest response."""
+
+    __slots__ = ("first", "options", "received", "request", "returned", "timeout")
+
+    def __init__(
+        self, request: requests.PreparedRequest, timeout: Any, options: dict[str, Any]
+    ) -> None:
+        self.request = request
+        self.options = options
+        self.timeout = timeout
+        self.first: BaseException | None = None
+        self.received: requests.Response | None = None
+        self.returned: requests.Response | None = None
