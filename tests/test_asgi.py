@@ -378,6 +378,22 @@ async def test_an_expired_request_is_answered_504_without_the_app(
     assert observer.shed == [("Recorder", 0.0)]
 
 
+async def test_the_metrics_observers_count_shed_requests(virtual_clock: VirtualClock) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from tenacity_budget.instrumentation import PrometheusObserver
+
+    registry = CollectorRegistry()
+    app = DeadlineMiddleware(
+        Recorder(), shed_expired=True, observers=(PrometheusObserver(registry),)
+    )
+    for _ in range(4):
+        await call(app, headers=[(b"x-request-timeout-ms", b"5000")])
+    assert (await call(app, headers=[(b"x-request-timeout-ms", b"0")]))[0]["status"] == 504
+    shed = registry.get_sample_value("tenacity_budget_shed_requests_total", {"app": "Recorder"})
+    assert shed == 1.0
+
+
 async def test_the_shed_is_off_by_default(virtual_clock: VirtualClock) -> None:
     inner = Recorder()
     sent = await call(DeadlineMiddleware(inner), headers=[(b"x-request-timeout-ms", b"0")])

@@ -530,6 +530,14 @@ INSTRUMENTS = [
         "{retry}",
         None,
     ),
+    (
+        "shed_requests",
+        "counter",
+        "Requests DeadlineMiddleware answered 504 at once: the caller's time was up.",
+        ("app",),
+        "{request}",
+        None,
+    ),
 ]
 
 
@@ -538,6 +546,7 @@ def feed_every_instrument(observer: Any) -> None:
     observer.on_budget_fallback("payments", ConnectionError("down"))
     observer.on_budget_decision("payments", True, 3)
     observer.on_budget_decision("payments", False, 0)
+    observer.on_shed("checkout", 0.0)
 
 
 def test_prometheus_registers_each_metric_as_before() -> None:

@@ -34,6 +34,9 @@ REASON = "reason"
 BUDGET = "budget"
 """The label (attribute) carrying the retry budget's name."""
 
+APP = "app"
+"""The label (attribute) carrying the name of the ASGI app a request was shed from."""
+
 Kind = Literal["counter", "histogram", "gauge"]
 
 
@@ -130,6 +133,14 @@ METRICS: tuple[Metric, ...] = (
         "{retry}",
         "Retries a retry budget would still grant, as of its latest decision.",
         (BUDGET,),
+    ),
+    Metric(
+        "shed",
+        "shed_requests",
+        "counter",
+        "{request}",
+        "Requests DeadlineMiddleware answered 504 at once: the caller's time was up.",
+        (APP,),
     ),
 )
 """Every instrument, in the order the exporters create them."""

@@ -22,7 +22,7 @@ except ImportError as exc:
     ) from exc
 
 from ..exhaustion import ExhaustionReport
-from ._metrics import BUDGET, FUNCTION, METRICS, REASON, SLEEP_BUCKETS, Metric
+from ._metrics import APP, BUDGET, FUNCTION, METRICS, REASON, SLEEP_BUCKETS, Metric
 
 __all__ = [
     "BUDGET_ATTRIBUTE",
@@ -78,6 +78,7 @@ class OpenTelemetryObserver:
     budget_refusals: metrics.Counter
     budget_fallbacks: metrics.Counter
     budget_balance: metrics._Gauge
+    shed: metrics.Counter
 
     def __init__(
         self,
@@ -140,3 +141,9 @@ class OpenTelemetryObserver:
     def on_budget_fallback(self, name: str, error: BaseException) -> None:
         """Count a decision of budget ``name`` made on its fallback."""
         self.budget_fallbacks.add(1, {BUDGET_ATTRIBUTE: name})
+
+    # DeadlineMiddleware (an optional hook) ------------------------------------------------
+
+    def on_shed(self, name: str, left: float) -> None:
+        """Count a request ``DeadlineMiddleware`` shed (answered 504 without the app)."""
+        self.shed.add(1, {APP: name})

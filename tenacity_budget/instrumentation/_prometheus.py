@@ -66,6 +66,7 @@ class PrometheusObserver:
     budget_refusals: Counter
     budget_fallbacks: Counter
     budget_balance: Gauge
+    shed: Counter
 
     def __init__(
         self,
@@ -124,3 +125,9 @@ class PrometheusObserver:
     def on_budget_fallback(self, name: str, error: BaseException) -> None:
         """Count a decision of budget ``name`` made on its fallback."""
         self.budget_fallbacks.labels(name).inc()
+
+    # DeadlineMiddleware (an optional hook) ------------------------------------------------
+
+    def on_shed(self, name: str, left: float) -> None:
+        """Count a request ``DeadlineMiddleware`` shed (answered 504 without the app)."""
+        self.shed.labels(name).inc()
