@@ -1,74 +1,28 @@
-"""httpx transports that retry within a budget and tell the next hop its deadline.
+"""httpx transports that retry each request within a budget and tell the next hop its deadline.
 
-Needs the ``httpx`` extra (``pip install 'tenacity-budget[httpx]'``); without httpx,
-importing this module raises :class:`ImportError` saying so. Importing ``tenacity_budget``
-does not import this module or httpx.
-
-:class:`AsyncBudgetTransport` and :class:`BudgetTransport` wrap another httpx transport
-(httpx's own by default) and send each request as one budgeted run of the policy::
-
-    import httpx
-    from tenacity_budget import BackoffPolicy
-    from tenacity_budget.httpx import AsyncBudgetTransport
-
-    policy = BackoffPolicy(base=0.1, cap=2, max_elapsed=10, attempt_duration=1)
-    async with httpx.AsyncClient(transport=AsyncBudgetTransport(policy)) as client:
-        response = await client.get("https://api.example/users/42")
-        response.raise_for_status()
-
-What a request gets:
-
-* **Retries** on ``httpx.TransportError`` (connection refused or reset, timeouts...) and
-  on the ``retry_statuses`` (429, 502, 503, 504), for the idempotent ``methods`` only: a
-  ``POST`` is sent once unless you list it, and so is a request whose body is an iterator
-  or a generator (its first attempt consumes it), or a multipart upload with a file that
-  cannot seek back to its start (``seekable()`` false or absent: a pipe, a socket); a
-  retried body is the same bytes on every attempt. Each request the client sends is one
-  run: a redirect the client follows is a new request with a budget of its own (all of
-  them inside an enclosing ``deadline_scope``'s deadline). A ``Retry-After`` on a retryable
-  response (seconds or an HTTP-date, read by :func:`tenacity_budget.http.parse_retry_after`)
-  replaces the backoff delay; the budget stop still guards it, like any ``retry_after``.
-* **The budget's end.** The run stops before a retry that would end after the policy's
-  ``max_elapsed``, the policy's deadline or any enclosing
-  :func:`~tenacity_budget.deadline_scope` (a :class:`~tenacity_budget.asgi.DeadlineMiddleware`
-  sets one per request). Spent on a retryable status, the last response is returned, and
-  your ``raise_for_status()`` decides (like urllib3's ``raise_on_status=False``); its
-  :func:`exhaustion_report` says how the budget went. Spent on a transport error,
-  :class:`~tenacity_budget.BudgetExhausted` is raised from that error. The bodies of the
-  responses it discards are closed.
-* **Each attempt bounded by the time left.** The async transport cancels the whole attempt
-  (connecting, sending, waiting for the response headers) when the run's time is up
-  (``policy.retry(hard_deadline=True)``); its wait for a slot of httpx's connection pool
-  ends just before, by httpx's own ``pool`` timeout, and a slot that httpcore leaves
-  reserved after a cut is given back (see the deadline propagation guide). The sync one
-  cannot interrupt a running call, so it sets every httpx timeout phase (connect, read,
-  write, pool) to the time left, or the request's own timeout where that is shorter. That
-  bounds each phase, not their sum, and not: a server that trickles bytes (the read
-  timeout counts between reads, not over the whole response), name resolution
-  (``getaddrinfo`` takes no timeout), or reading the body after the transport has returned
-  the response (the client streams it later). Use the async transport where an attempt
-  must end on time whatever the server does.
-* **The deadline downstream.** Every request it sends carries the time left, in whole
-  milliseconds rounded down, in ``X-Request-Timeout-Ms`` (``deadline_header``; ``None``
-  disables it), so the next service (with :class:`~tenacity_budget.asgi.DeadlineMiddleware`)
-  ends its own work by the caller's deadline. The value is relative, so no clock needs to
-  agree with another.
-
-The response the transport returns is the one the wrapped transport returned: its body
-(streamed by the client after the transport returns) is outside the run.
+:class:`BudgetTransport` and :class:`AsyncBudgetTransport` wrap another httpx transport and
+send each request as one budgeted run of a :class:`~tenacity_budget.BackoffPolicy`:
+retries on transport errors and listed statuses for idempotent methods with a replayable
+body, ``Retry-After`` honoured, each attempt bounded by the time left, which it also sends
+downstream in ``X-Request-Timeout-Ms``. Spent on a status, the last response is returned
+(:func:`exhaustion_report` says why); spent on a transport error, an error that is both
+that kind of ``httpx.TransportError`` and a :class:`~tenacity_budget.BudgetExhausted` is
+raised. Needs the ``httpx`` extra. The guide: docs/deadline-propagation.md
+("The httpx transports, attempt by attempt").
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
 import math
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from tenacity import retry_if_exception, retry_never
+import tenacity
+from tenacity import RetryCallState
+from tenacity.wait import wait_base
 
 try:
     import httpx
@@ -77,22 +31,16 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
+from . import _config
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
-from .http import _check_header_name, format_timeout_ms, retry_after
-from .runtime import ambient_deadline, remaining
+from .http import _check_header_name, format_timeout_ms, parse_retry_after
+from .runtime import ambient_deadline, deadline_scope, remaining
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
-    from .runtime import BudgetedRetry
+    from .strategies import stop_budget
 
-__all__ = [
-    "DEFAULT_METHODS",
-    "DEFAULT_RETRY_STATUSES",
-    "REPORT_EXTENSION",
-    "AsyncBudgetTransport",
-    "BudgetTransport",
-    "exhaustion_report",
-]
+__all__ = ["AsyncBudgetTransport", "BudgetTransport", "exhaustion_report"]
 
 DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
 """Statuses retried by default: too many requests, bad gateway, unavailable, gateway timeout."""
@@ -108,6 +56,15 @@ _PHASES = ("connect", "read", "write", "pool")
 # Seconds before the run's end at which an async attempt stops waiting for a pool slot
 # (see _pool_bounded).
 _POOL_LEAD = 0.02
+
+# The least time an attempt the run's stop admitted is given: the stop admits an attempt
+# with nothing left when its estimate of an attempt is 0 (a schedule that fills its budget
+# exactly, on the virtual clock), and a 0 s socket timeout fails before a byte is sent.
+_LEAST = 0.001
+
+# A time left past this (about 31 years) bounds no socket call: Python's socket timeouts
+# overflow past about 9.2e9 s (nanoseconds in 64 bits), so the request's own timeouts apply.
+_UNBOUNDED = 1e9
 
 # httpcore's asyncio pool, whose slots a cut request can leave reserved (_reclaim_orphans).
 try:
@@ -131,9 +88,7 @@ _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
 
 
 def _retryable(exc: BaseException) -> bool:
-    """Whether a failed attempt is worth retrying: a transport error or a retryable status."""
-    if isinstance(exc, _RetryableStatus):
-        return True
+    """Whether a failed attempt is worth retrying: a transport error a retry may cure."""
     return isinstance(exc, httpx.TransportError) and not isinstance(exc, _NOT_RETRIED)
 
 
@@ -149,48 +104,51 @@ def exhaustion_report(response: httpx.Response) -> ExhaustionReport | None:
     return report if isinstance(report, ExhaustionReport) else None
 
 
-class _RetryableStatus(Exception):
-    """A response with a retryable status: raised inside the run so the policy retries it.
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """A transport's validated options (``transport.config``), shared by sync and async.
 
-    It carries the response as ``.response``, so :func:`tenacity_budget.http.retry_after`
-    reads its ``Retry-After`` like any HTTP error's.
+    Attributes:
+        policy: the policy each request runs under.
+        retry_statuses: the response statuses retried.
+        methods: the request methods retried; any other is sent once.
+        deadline_header: the header carrying the time left in whole milliseconds, or ``None``.
+        budget: the retry budget every retry draws from, or ``None``.
     """
 
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"retryable status {response.status_code}")
-        self.response = response
+    policy: BackoffPolicy
+    retry_statuses: frozenset[int]
+    methods: frozenset[str]
+    deadline_header: str | None
+    budget: Any
 
-
-class _Call:
-    """One request's run: the request, its own timeouts, the latest response received."""
-
-    __slots__ = ("received", "request", "timeouts")
-
-    def __init__(self, request: httpx.Request) -> None:
-        self.request = request
-        timeouts = request.extensions.get("timeout")
-        self.timeouts: dict[str, Any] = dict(timeouts) if isinstance(timeouts, dict) else {}
-        self.received: httpx.Response | None = None
-
-
-class _Config:
-    """The validated options both transports share, and the rules they apply per attempt."""
-
-    def __init__(
-        self,
+    @classmethod
+    def build(
+        cls,
         policy: BackoffPolicy,
         retry_statuses: Iterable[int],
         methods: Iterable[str],
         deadline_header: str | None,
-    ) -> None:
+        budget: Any,
+    ) -> _Config:
+        """Validate the options (``TypeError``/``ValueError`` saying which one is wrong)."""
         from .policy import BackoffPolicy
 
         if not isinstance(policy, BackoffPolicy):
             raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
-        self.policy = policy
-        self.retry_statuses = _statuses(retry_statuses)
-        self.methods = _methods(methods)
-        self.deadline_header = _header(deadline_header)
+        if budget is not None and not all(
+            callable(getattr(budget, name, None)) for name in ("deposit", "try_withdraw", "stop")
+        ):
+            raise TypeError(
+                "budget must be a retry budget (RetryBudget or RedisRetryBudget: deposit(), "
+                f"try_withdraw(), stop()), got {type(budget).__name__}"
+            )
+        header = (
+            None
+            if deadline_header is None
+            else _check_header_name(deadline_header, "deadline_header")
+        )
+        return cls(policy, _statuses(retry_statuses), _methods(methods), header, budget)
 
     def retries(self, request: httpx.Request) -> bool:
         """Whether ``request`` may be sent more than once: a listed method, a replayable body.
@@ -200,51 +158,11 @@ class _Config:
         multipart upload with a file that cannot seek back to its start (a pipe, a socket,
         an object with no ``seekable()``): such a request is sent once.
         """
-        if request.method not in self.methods:
-            return False
-        return _replayable(request.stream)
+        return request.method in self.methods and _replayable(request.stream)
 
-    def retry_kwargs(self, *, retried: bool) -> dict[str, Any]:
-        """The ``policy.retry()`` options of a run: retried methods, or sent once."""
-        if not retried:
-            return {"retry": retry_never}
-        return {"retry": retry_if_exception(_retryable), "retry_after": retry_after}
-
-    def time_left(self, call: _Call) -> float:
-        """The run's time left, written into the request's deadline header.
-
-        Raises:
-            httpx.TimeoutException: when no time is left: the request is not sent.
-        """
-        left = remaining()
-        if left is None or not math.isfinite(left):  # pragma: no cover (always in a run)
-            raise RuntimeError("a transport attempt runs inside its budgeted run")
-        if left <= 0.0:
-            raise httpx.TimeoutException(
-                "no time left to send the request: the run's budget or deadline is spent",
-                request=call.request,
-            )
-        if self.deadline_header is not None:
-            call.request.headers[self.deadline_header] = format_timeout_ms(left)
-        return left
-
-    def check(self, response: httpx.Response, *, retried: bool) -> httpx.Response:
-        """``response``, or :class:`_RetryableStatus` raised when the run should retry it."""
-        if retried and response.status_code in self.retry_statuses:
-            raise _RetryableStatus(response)
-        return response
-
-    def not_replayed(self, call: _Call, started: float) -> None:
-        """Say so where a one-shot body's single attempt failed in a way a retry would take.
-
-        A listed method whose body cannot be sent again is sent once: on a retryable status
-        the response carries a report with reason ``not_replayable`` (:func:`exhaustion_report`),
-        and a retryable transport error gets a note saying why it was not retried.
-        """
-        if call.request.method not in self.methods:
-            return
-        response = call.received
-        if response is not None and response.status_code in self.retry_statuses:
+    def not_replayed(self, response: httpx.Response, started: float) -> None:
+        """Report ``not_replayable`` on a one-shot request's retryable status."""
+        if response.status_code in self.retry_statuses:
             response.extensions[REPORT_EXTENSION] = ExhaustionReport(
                 attempts=1,
                 affordable=self.policy.max_attempts(),
@@ -297,18 +215,6 @@ def _rewindable(file: object) -> bool:
         return False
 
 
-def _last_response(exc: BudgetExhausted) -> httpx.Response:
-    """The response of a run spent on a retryable status; re-raise ``exc`` otherwise."""
-    last = exc.last_attempt.exception() if exc.last_attempt.failed else None
-    if not isinstance(last, _RetryableStatus):
-        raise exc
-    response = last.response
-    # The run gave up on a result, not an exception: the report says so, as tenacity's own
-    # retry_if_result runs do (our _RetryableStatus is only the vehicle of the response).
-    response.extensions[REPORT_EXTENSION] = dataclasses.replace(exc.report, last_exception=None)
-    return response
-
-
 def _statuses(statuses: Iterable[int]) -> frozenset[int]:
     if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
         raise TypeError(f"retry_statuses must be a set of status codes, got {statuses!r}")
@@ -336,41 +242,229 @@ def _methods(methods: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def _header(name: str | None) -> str | None:
-    return None if name is None else _check_header_name(name, "deadline_header")
+class _Call:
+    """One request's run: the request, its own timeouts, its start, the latest response."""
+
+    __slots__ = ("received", "request", "started", "timeouts")
+
+    def __init__(self, request: httpx.Request, started: float) -> None:
+        self.request = request
+        timeouts = request.extensions.get("timeout")
+        self.timeouts: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
+        self.started = started
+        self.received: httpx.Response | None = None
 
 
-class _Options:
-    """The read-only options of a transport (shared by the sync and async ones)."""
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    """An attempt let through: its timeout, when it must be over, and which end binds."""
 
-    _config: _Config
+    timeout: float
+    end: float
+    reason: StopReason
+
+
+class _Cut(Exception):
+    """An async attempt the hard stop cut at the run's end (chained from its TimeoutError)."""
+
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(f"the attempt was cut: the run's time was up ({reason.value})")
+        self.reason = reason
+
+
+class _ResponseWait(wait_base):
+    """The policy's wait, or the ``Retry-After`` of the retryable response just received."""
+
+    def __init__(self, policy: BackoffPolicy, stop: stop_budget) -> None:
+        self.inner = policy.wait()
+        self.stop = stop
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        if outcome is None or outcome.failed or _config._testing_attempts is not None:
+            return float(self.inner(retry_state))
+        dictated = parse_retry_after(outcome.result().headers.get("Retry-After"))
+        if dictated is None:
+            return float(self.inner(retry_state))
+        # As the policy's own wait does with a dictated wait: the next jittered wait chains
+        # from it (decorrelated jitter).
+        self.stop.run_state(retry_state).previous_wait = dictated
+        return dictated
+
+
+class _AsyncBudgetStop:
+    """The policy's stop, then an awaited withdrawal from an asyncio retry budget."""
+
+    def __init__(self, first: Callable[[RetryCallState], bool], budget_stop: Any) -> None:
+        self.first = first
+        self.budget_stop = budget_stop
+
+    async def __call__(self, retry_state: RetryCallState) -> bool:
+        if self.first(retry_state):
+            return True
+        return bool(await self.budget_stop(retry_state))
+
+
+class _Transport:
+    """What both transports share: the options, the admission of attempts, the run's end."""
+
+    config: _Config
+    _asyncio: bool
+
+    def _setup(self, config: _Config) -> None:
+        self.config = config
+        self.budget = config.budget
+        policy = config.policy
+        self._max_elapsed = policy.max_elapsed
+        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
+        is_async = config.budget is not None and bool(getattr(config.budget, "is_async", False))
+        if is_async and not self._asyncio:
+            raise TypeError(
+                "the retry budget is asyncio (an asyncio Redis client): use a sync "
+                "client, or AsyncBudgetTransport"
+            )
+        stop = policy.stop()
+        composed: Any = stop
+        if config.budget is not None:
+            # Asked last: a retry the policy refuses never spends the shared budget.
+            budget_stop = config.budget.stop()
+            composed = _AsyncBudgetStop(stop, budget_stop) if self._asyncio else stop | budget_stop
+        statuses = config.retry_statuses
+        kwargs: dict[str, Any] = {
+            "wait": _ResponseWait(policy, stop),
+            "stop": composed,
+            "retry": tenacity.retry_if_result(lambda response: response.status_code in statuses)
+            | tenacity.retry_if_exception(_retryable),
+            "retry_error_callback": _give_up,
+        }
+        self._controller: tenacity.BaseRetrying = (
+            tenacity.AsyncRetrying(**kwargs) if self._asyncio else tenacity.Retrying(**kwargs)
+        )
 
     @property
     def policy(self) -> BackoffPolicy:
         """The policy each request runs under."""
-        return self._config.policy
+        return self.config.policy
 
     @property
     def retry_statuses(self) -> frozenset[int]:
         """The response statuses retried."""
-        return self._config.retry_statuses
+        return self.config.retry_statuses
 
     @property
     def methods(self) -> frozenset[str]:
         """The request methods retried; any other is sent once."""
-        return self._config.methods
+        return self.config.methods
 
     @property
     def deadline_header(self) -> str | None:
         """The header carrying the time left in whole milliseconds, or ``None``."""
-        return self._config.deadline_header
+        return self.config.deadline_header
+
+    def _admit(self, call: _Call, first: bool) -> _Admitted:
+        """Let an attempt through: its timeout, the deadline header; the same for every attempt.
+
+        The time left is the earliest of the run's budget end, the policy's deadline and
+        any enclosing one. A retry the run's stop admitted is always sent, with that time
+        (at least :data:`_LEAST`); only a first attempt with no time at all is not sent.
+
+        Raises:
+            httpx.TimeoutException: for a first attempt with no time left (not sent).
+        """
+        now = time.monotonic()
+        left = call.started + self._max_elapsed - now
+        reason = StopReason.WALL_CLOCK
+        outer = remaining()
+        if outer is not None and outer <= left:
+            left, reason = outer, StopReason.DEADLINE
+        if self._deadline_ts != math.inf:
+            until = self._deadline_ts - time.time()
+            if until <= left:
+                left, reason = until, StopReason.DEADLINE
+        if left <= 0.0:
+            if first:
+                raise httpx.TimeoutException(
+                    "no time left to send the request: the run's budget or deadline is spent",
+                    request=call.request,
+                )
+            left = _LEAST
+        elif left < _LEAST:
+            left = _LEAST
+        header = self.config.deadline_header
+        if header is not None:
+            call.request.headers[header] = format_timeout_ms(left)
+        return _Admitted(left, now + left, reason)
+
+    def _report(self, call: _Call, state: RetryCallState | None, exc: BaseException) -> Any:
+        """The report of a run whose last attempt (``exc``) ended it without a decision."""
+        deadline = ambient_deadline()
+        own = self.config.policy.deadline
+        if own is not None and (deadline is None or own < deadline):
+            deadline = own
+        return ExhaustionReport(
+            attempts=1 if state is None else state.attempt_number,
+            affordable=self.config.policy.max_attempts(),
+            slept=0.0 if state is None else state.idle_for,
+            elapsed=time.monotonic() - call.started,
+            budget=self._max_elapsed,
+            deadline=deadline,
+            reason=exc.reason if isinstance(exc, _Cut) else StopReason.OTHER,
+            last_exception=exc.__cause__ if isinstance(exc, _Cut) else exc,
+        )
+
+    def _cut(self, call: _Call, state: RetryCallState | None, cut: _Cut) -> NoReturn:
+        """End the run of an attempt the hard stop cut (see :func:`_exhausted`)."""
+        report = self._report(call, state, cut)
+        timeout = report.last_exception
+        assert timeout is not None
+        attempt = tenacity.Future.construct(report.attempts, timeout, True)
+        error = _exhausted(
+            httpx.TimeoutException("the run's time was up", request=call.request),
+            attempt,
+            report,
+        )
+        raise error from timeout
+
+    def _begin_retrying(self, call: _Call, first: BaseException | httpx.Response) -> Any:
+        """The tenacity state of a run whose first attempt failed (``first``)."""
+        retrying = self._controller.copy()
+        retrying.begin()
+        state = RetryCallState(retrying, fn=None, args=(), kwargs={})
+        state.start_time = call.started
+        _set_outcome(state, first)
+        return retrying, state
 
 
-class BudgetTransport(_Options, httpx.BaseTransport):
+def _set_outcome(state: RetryCallState, outcome: BaseException | httpx.Response) -> None:
+    if isinstance(outcome, BaseException):
+        state.set_exception((type(outcome), outcome, outcome.__traceback__))
+    else:
+        state.set_result(outcome)
+
+
+def _give_up(retry_state: RetryCallState) -> httpx.Response:
+    """The end of a run the stop ended: the last response, or its transport error raised."""
+    outcome = retry_state.outcome
+    assert outcome is not None
+    report = ExhaustionReport.from_attempt(outcome)
+    if not outcome.failed:
+        response: httpx.Response = outcome.result()
+        response.extensions[REPORT_EXTENSION] = report
+        return response
+    exc = outcome.exception()
+    assert exc is not None
+    raise _exhausted(exc, outcome, report) from exc
+
+
+def _exhausted(exc: BaseException, attempt: Any, report: ExhaustionReport) -> BudgetExhausted:
+    """The error of a run spent on a transport error: that error's kind and BudgetExhausted."""
+    return BudgetExhausted(attempt, report)
+
+
+class BudgetTransport(_Transport, httpx.BaseTransport):
     """A sync httpx transport that retries each request under a :class:`BackoffPolicy`.
 
-    ``httpx.Client(transport=BudgetTransport(policy))``. What it does is described in
-    :mod:`tenacity_budget.httpx`; in short: retries on transport errors and on
+    ``httpx.Client(transport=BudgetTransport(policy))``: retries on transport errors and on
     ``retry_statuses`` for ``methods``, honours ``Retry-After``, sets every timeout phase
     of each attempt to the time left, sends that time left downstream in
     ``deadline_header``, returns the last response when the budget is spent on a status
@@ -392,6 +486,8 @@ class BudgetTransport(_Options, httpx.BaseTransport):
             included: it needs :class:`AsyncBudgetTransport`).
     """
 
+    _asyncio = False
+
     def __init__(
         self,
         policy: BackoffPolicy,
@@ -406,68 +502,92 @@ class BudgetTransport(_Options, httpx.BaseTransport):
             raise TypeError(
                 f"transport must be an httpx.BaseTransport, got {type(transport).__name__}"
             )
-        self._config = _Config(policy, retry_statuses, methods, deadline_header)
+        self._setup(_Config.build(policy, retry_statuses, methods, deadline_header, budget))
         self.transport: httpx.BaseTransport = (
             transport if transport is not None else httpx.HTTPTransport()
         )
-        self.budget = budget
-        self._retried = _decorate(policy, budget, self._config, self._attempt, retried=True)
-        self._once = _decorate(policy, budget, self._config, self._attempt, retried=False)
 
     def __repr__(self) -> str:
         return f"<BudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request)
-        response: httpx.Response | None = None
+        config = self.config
+        call = _Call(request, time.monotonic())
+        if config.budget is not None:
+            config.budget.deposit()
+        returned: httpx.Response | None = None
         try:
-            if not self._config.retries(request):
-                started = time.monotonic()
-                try:
-                    response = self._once(call, False)
-                except BaseException as exc:
-                    self._config.note_not_replayed(request, exc)
+            retried = config.retries(request)
+            try:
+                response = self._attempt(call, True)
+            except BaseException as exc:
+                if not retried:
+                    config.note_not_replayed(request, exc)
                     raise
-                self._config.not_replayed(call, started)
-            else:
-                try:
-                    response = self._retried(call, True)
-                except BudgetExhausted as exc:
-                    response = _last_response(exc)
-            assert response is not None
+                if not _retryable(exc):
+                    raise
+                returned = self._retry(call, exc)
+                return returned
+            if response.status_code in config.retry_statuses:
+                if not retried:
+                    if request.method in config.methods:
+                        config.not_replayed(response, call.started)
+                else:
+                    response = self._retry(call, response)
+            returned = response
             return response
         finally:
             # A response received but not handed over: the run ended otherwise (an
             # exception, an interruption between attempts).
-            if call.received is not None and call.received is not response:
+            if call.received is not None and call.received is not returned:
                 call.received.close()
 
-    def _attempt(self, call: _Call, retried: bool) -> httpx.Response:
+    def _retry(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """Go on with a run whose first attempt failed: tenacity's loop from the second on."""
+        retrying, state = self._begin_retrying(call, first)
+        while True:
+            do = retrying.iter(state)
+            if not isinstance(do, tenacity.DoSleep):
+                response: httpx.Response = do
+                return response
+            state.prepare_for_next_attempt()
+            retrying.sleep(do)
+            try:
+                result = self._attempt(call, False)
+            except BaseException as exc:
+                _set_outcome(state, exc)
+            else:
+                state.set_result(result)
+
+    def _attempt(self, call: _Call, first: bool) -> httpx.Response:
         previous, call.received = call.received, None
         if previous is not None:  # the run is retrying it: discard it
             previous.close()
-        left = self._config.time_left(call)
-        call.request.extensions["timeout"] = _bounded_timeouts(call.timeouts, left)
-        response = call.received = self.transport.handle_request(call.request)
-        return self._config.check(response, retried=retried)
+        admitted = self._admit(call, first)
+        call.request.extensions["timeout"] = _bounded_timeouts(call.timeouts, admitted.timeout)
+        with deadline_scope(admitted.timeout):
+            response = call.received = self.transport.handle_request(call.request)
+        return response
 
     def close(self) -> None:
         """Close the wrapped transport."""
         self.transport.close()
 
 
-class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
+class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
     """An asyncio httpx transport that retries each request under a :class:`BackoffPolicy`.
 
     ``httpx.AsyncClient(transport=AsyncBudgetTransport(policy))``. As
     :class:`BudgetTransport` (same arguments; ``transport`` defaults to
     ``httpx.AsyncHTTPTransport()``), except that each attempt is cancelled as a whole when
-    the run's time is up (``policy.retry(hard_deadline=True)``), whatever phase it is in;
-    the run then ends with :class:`~tenacity_budget.BudgetExhausted` (reason
-    ``wall_clock`` or ``deadline``). An asyncio retry budget is welcome here. Runs under
-    asyncio (the cancellation is ``asyncio.timeout``), not trio.
+    the run's time is up, whatever phase it is in; the run then ends with
+    :class:`~tenacity_budget.BudgetExhausted` (reason ``wall_clock`` or ``deadline``). An
+    asyncio retry budget is welcome here. Runs under asyncio (the cancellation is
+    ``asyncio.timeout``), not trio.
     """
+
+    _asyncio = True
 
     def __init__(
         self,
@@ -483,66 +603,103 @@ class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
             raise TypeError(
                 f"transport must be an httpx.AsyncBaseTransport, got {type(transport).__name__}"
             )
-        self._config = _Config(policy, retry_statuses, methods, deadline_header)
+        self._setup(_Config.build(policy, retry_statuses, methods, deadline_header, budget))
         self.transport: httpx.AsyncBaseTransport = (
             transport if transport is not None else httpx.AsyncHTTPTransport()
         )
-        self.budget = budget
-        self._retried = _decorate(policy, budget, self._config, self._attempt, retried=True)
-        self._once = _decorate(policy, budget, self._config, self._attempt, retried=False)
 
     def __repr__(self) -> str:
         return f"<AsyncBudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request)
-        response: httpx.Response | None = None
+        config = self.config
+        call = _Call(request, time.monotonic())
+        if config.budget is not None:
+            config.budget.deposit()
+        returned: httpx.Response | None = None
         try:
-            if not self._config.retries(request):
-                started = time.monotonic()
-                try:
-                    response = await self._once(call, False)
-                except BaseException as exc:
-                    self._config.note_not_replayed(request, exc)
+            retried = config.retries(request)
+            try:
+                response = await self._attempt(call, True)
+            except _Cut as cut:
+                self._cut(call, None, cut)
+            except BaseException as exc:
+                if not retried:
+                    config.note_not_replayed(request, exc)
                     raise
-                self._config.not_replayed(call, started)
-            else:
-                try:
-                    response = await self._retried(call, True)
-                except BudgetExhausted as exc:
-                    response = _last_response(exc)
-            assert response is not None
+                if not _retryable(exc):
+                    raise
+                returned = await self._retry(call, exc)
+                return returned
+            if response.status_code in config.retry_statuses:
+                if not retried:
+                    if request.method in config.methods:
+                        config.not_replayed(response, call.started)
+                else:
+                    response = await self._retry(call, response)
+            returned = response
             return response
         finally:
             # A response received but not handed over: the run ended otherwise (an attempt
             # that ended after the run's time was up, a cancellation in a backoff sleep).
-            if call.received is not None and call.received is not response:
+            if call.received is not None and call.received is not returned:
                 await _close_whole(call.received)
 
-    async def _attempt(self, call: _Call, retried: bool) -> httpx.Response:
+    async def _retry(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """Go on with a run whose first attempt failed: tenacity's loop from the second on."""
+        retrying, state = self._begin_retrying(call, first)
+        while True:
+            do = await retrying.iter(state)
+            if not isinstance(do, tenacity.DoSleep):
+                response: httpx.Response = do
+                return response
+            state.prepare_for_next_attempt()
+            await retrying.sleep(do)
+            try:
+                result = await self._attempt(call, False)
+            except _Cut as cut:
+                self._cut(call, state, cut)
+            except BaseException as exc:
+                _set_outcome(state, exc)
+            else:
+                state.set_result(result)
+
+    async def _attempt(self, call: _Call, first: bool) -> httpx.Response:
+        admitted = self._admit(call, first)
+        call.request.extensions["timeout"] = _pool_bounded(call.timeouts, admitted.timeout)
+        hard = asyncio.timeout(None if admitted.timeout > _UNBOUNDED else admitted.timeout)
+        try:
+            async with hard:
+                response = await self._send(call, admitted.timeout)
+        except TimeoutError as exc:
+            if hard.expired():
+                raise _Cut(admitted.reason) from exc
+            raise
+        if time.monotonic() > admitted.end:
+            # It ran past its time without being cut in time (a clock that jumps, as the
+            # virtual clock does): as late as a cut one.
+            late = TimeoutError("the attempt ended after the run's time was up")
+            raise _Cut(admitted.reason) from late
+        return response
+
+    async def _send(self, call: _Call, timeout: float) -> httpx.Response:
         previous, call.received = call.received, None
         if previous is not None:  # the run is retrying it: discard it
             await _close_whole(previous)
-        left = self._config.time_left(call)
-        call.request.extensions["timeout"] = _pool_bounded(call.timeouts, left)
         try:
-            response = await self.transport.handle_async_request(call.request)
+            with deadline_scope(timeout):
+                response = await self.transport.handle_async_request(call.request)
         except BaseException:
             # Cut, timed out or failed: give back what httpcore may have left reserved.
             await _reclaim_orphans(self.transport)
             raise
         call.received = response
-        return self._config.check(response, retried=retried)
+        return response
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
         await self.transport.aclose()
-
-
-# A time left past this (about 31 years) bounds no socket call: Python's socket timeouts
-# overflow past about 9.2e9 s (nanoseconds in 64 bits), so the request's own timeouts apply.
-_UNBOUNDED = 1e9
 
 
 def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
@@ -623,14 +780,3 @@ async def _reclaim_orphans(transport: httpx.AsyncBaseTransport) -> None:
             connections.remove(connection)
         closing = assign()
     await asyncio.shield(close([*orphans, *closing]))
-
-
-def _decorate(
-    policy: BackoffPolicy, budget: Any, config: _Config, attempt: Any, *, retried: bool
-) -> Any:
-    """``attempt`` as a budgeted run of ``policy`` (hard deadline for a coroutine)."""
-    options: dict[str, Any] = config.retry_kwargs(retried=retried)
-    decorator: BudgetedRetry = policy.retry(
-        budget=budget, hard_deadline=inspect.iscoroutinefunction(attempt), **options
-    )
-    return decorator(attempt)
