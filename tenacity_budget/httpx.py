@@ -395,35 +395,30 @@ class _Transport:
             call.request.headers[header] = format_timeout_ms(left)
         return _Admitted(left, now + left, reason)
 
-    def _report(self, call: _Call, state: RetryCallState | None, exc: BaseException) -> Any:
-        """The report of a run whose last attempt (``exc``) ended it without a decision."""
-        deadline = ambient_deadline()
+    def _cut(self, call: _Call, state: RetryCallState | None, cut: _Cut) -> NoReturn:
+        """End the run of an async attempt the hard stop cut: an ``httpx.TimeoutException``
+        that is also :class:`~tenacity_budget.BudgetExhausted` (see :func:`_exhausted`),
+        from the cut's ``TimeoutError``.
+        """
+        timeout = cut.__cause__
+        assert timeout is not None
+        deadline = ambient_deadline()  # outside the attempt's frame: the enclosing deadline
         own = self.config.policy.deadline
         if own is not None and (deadline is None or own < deadline):
             deadline = own
-        return ExhaustionReport(
+        report = ExhaustionReport(
             attempts=1 if state is None else state.attempt_number,
             affordable=self.config.policy.max_attempts(),
             slept=0.0 if state is None else state.idle_for,
             elapsed=time.monotonic() - call.started,
             budget=self._max_elapsed,
             deadline=deadline,
-            reason=exc.reason if isinstance(exc, _Cut) else StopReason.OTHER,
-            last_exception=exc.__cause__ if isinstance(exc, _Cut) else exc,
+            reason=cut.reason,
+            last_exception=timeout,
         )
-
-    def _cut(self, call: _Call, state: RetryCallState | None, cut: _Cut) -> NoReturn:
-        """End the run of an attempt the hard stop cut (see :func:`_exhausted`)."""
-        report = self._report(call, state, cut)
-        timeout = report.last_exception
-        assert timeout is not None
         attempt = tenacity.Future.construct(report.attempts, timeout, True)
-        error = _exhausted(
-            httpx.TimeoutException("the run's time was up", request=call.request),
-            attempt,
-            report,
-        )
-        raise error from timeout
+        kind = httpx.TimeoutException("the run's time was up", request=call.request)
+        raise _exhausted(kind, attempt, report) from timeout
 
     def _begin_retrying(self, call: _Call, first: BaseException | httpx.Response) -> Any:
         """The tenacity state of a run whose first attempt failed (``first``)."""
@@ -457,8 +452,44 @@ def _give_up(retry_state: RetryCallState) -> httpx.Response:
 
 
 def _exhausted(exc: BaseException, attempt: Any, report: ExhaustionReport) -> BudgetExhausted:
-    """The error of a run spent on a transport error: that error's kind and BudgetExhausted."""
-    return BudgetExhausted(attempt, report)
+    """The error of a run spent on transport error ``exc``: of its kind, and BudgetExhausted.
+
+    An ``httpx.ConnectError`` gives an error that ``except httpx.ConnectError``,
+    ``httpx.TransportError``, ``httpx.HTTPError`` and ``BudgetExhausted`` all catch, with the
+    run's ``.report``, ``.last_attempt`` and the request of ``exc``. Its kind is the nearest
+    httpx class of ``exc`` (a transport's own subclass of one is caught by that one).
+    """
+    kind = next(
+        cls
+        for cls in type(exc).__mro__
+        if cls.__module__ == "httpx" and issubclass(cls, httpx.TransportError)
+    )
+    combined = _EXHAUSTED.get(kind)
+    if combined is None:
+        combined = _EXHAUSTED.setdefault(kind, _exhausted_kind(kind))
+    error = combined(attempt, report)
+    request = getattr(exc, "_request", None)
+    error._request = request if isinstance(request, httpx.Request) else None
+    return error
+
+
+def _exhausted_kind(kind: type[httpx.TransportError]) -> type[_Exhausted]:
+    """A class that is both ``kind`` and :class:`BudgetExhausted` (built once per kind)."""
+    name = f"BudgetExhausted[{kind.__name__}]"
+    doc = f"A budgeted run spent on an ``httpx.{kind.__name__}``: both that and BudgetExhausted."
+    # BudgetExhausted first: its __init__ and __str__; tenacity's RetryError hands the
+    # attempt on to httpx's __init__ (as the message), which sets no request.
+    return type(name, (_Exhausted, kind), {"__doc__": doc, "__module__": __name__})
+
+
+class _Exhausted(BudgetExhausted):
+    """The BudgetExhausted side of a transport's run spent on a transport error."""
+
+    _request: httpx.Request | None
+
+
+# The combined class of each kind of transport error, built on first use.
+_EXHAUSTED: dict[type[httpx.TransportError], type[_Exhausted]] = {}
 
 
 class BudgetTransport(_Transport, httpx.BaseTransport):

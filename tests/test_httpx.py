@@ -256,6 +256,62 @@ def test_spent_on_a_transport_error_raises_budget_exhausted_from_it(
     assert server.bodies[0].fate == "discarded"
 
 
+@pytest.mark.parametrize(
+    "error",
+    [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.RemoteProtocolError("eh")],
+)
+def test_spent_on_a_transport_error_the_error_is_of_its_kind_and_budget_exhausted(
+    virtual_clock: VirtualClock, error: httpx.TransportError
+) -> None:
+    # Issue 17: `except httpx.HTTPError` (and the error's own kind) catches a spent run, as
+    # `except BudgetExhausted` does.
+    server = Server(error)
+    with sync_client(server) as client, pytest.raises(type(error)) as info:
+        client.get(URL)
+    exc = info.value
+    assert isinstance(exc, httpx.TransportError)
+    assert isinstance(exc, httpx.HTTPError)
+    assert isinstance(exc, BudgetExhausted)
+    assert exc.__cause__ is exc.report.last_exception
+    assert type(exc.__cause__) is type(error)
+    assert exc.last_attempt.exception() is exc.report.last_exception
+    assert exc.report.reason is StopReason.COUNT
+    assert exc.report.attempts == 5
+    assert exc.request is server.requests[-1]
+    assert str(exc).startswith("time budget exhausted (count): 5 attempts, slept ")
+    assert str(exc).endswith(f"last: {exc.report.last_exception!r}")
+    assert type(exc).__name__ == f"BudgetExhausted[{type(error).__name__}]"
+    # One class per kind, built once.
+    with sync_client(Server(error)) as client, pytest.raises(type(error)) as again:
+        client.get(URL)
+    assert type(again.value) is type(exc)
+
+
+def test_a_subclass_of_an_httpx_error_is_caught_as_its_httpx_kind(
+    virtual_clock: VirtualClock,
+) -> None:
+    class Refused(httpx.ConnectError):
+        """A transport's own kind of connection error."""
+
+    server = Server(Refused("no"))
+    with sync_client(server) as client, pytest.raises(httpx.ConnectError) as info:
+        client.get(URL)
+    assert isinstance(info.value, BudgetExhausted)
+    assert isinstance(info.value.__cause__, Refused)
+
+
+async def test_async_spent_on_a_transport_error_is_of_its_kind_and_budget_exhausted(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(httpx.ReadError("reset"))
+    async with async_client(server) as client:
+        with pytest.raises(httpx.ReadError) as info:
+            await client.get(URL)
+    assert isinstance(info.value, BudgetExhausted)
+    assert info.value.report.attempts == 5
+    assert isinstance(info.value.__cause__, httpx.ReadError)
+
+
 def test_a_transport_error_is_retried(virtual_clock: VirtualClock) -> None:
     server = Server(httpx.ReadError("reset"), httpx.ConnectTimeout("slow"), 200)
     with sync_client(server) as client:
@@ -373,6 +429,7 @@ def test_no_time_left_sends_nothing(virtual_clock: VirtualClock) -> None:
     assert server.requests == []
     assert isinstance(info.value.__cause__, httpx.TimeoutException)
     assert info.value.report.reason is StopReason.DEADLINE
+    assert isinstance(info.value, httpx.TimeoutException)  # and a BudgetExhausted
 
 
 # -- retry budget --------------------------------------------------------------------------
@@ -438,6 +495,10 @@ async def test_async_an_attempt_that_outruns_the_time_left_ends_the_run(
     assert info.value.report.reason is StopReason.WALL_CLOCK
     assert isinstance(info.value.__cause__, TimeoutError)
     assert [body.fate for body in server.bodies] == ["discarded", "discarded"]
+    # Issue 17: cut by the hard stop, the run ends with an httpx timeout as well.
+    assert isinstance(info.value, httpx.TimeoutException)
+    assert info.value.report.attempts == 2
+    assert info.value.report.last_exception is info.value.__cause__
 
 
 async def test_async_cancels_an_attempt_that_hangs() -> None:
@@ -460,6 +521,8 @@ async def test_async_cancels_an_attempt_that_hangs() -> None:
     assert info.value.report.reason is StopReason.DEADLINE
     assert info.value.report.attempts == 1
     assert isinstance(info.value.__cause__, TimeoutError)
+    assert isinstance(info.value, httpx.TimeoutException)
+    assert str(info.value).startswith("time budget exhausted (deadline): 1 attempts")
 
 
 async def test_async_a_post_is_sent_once(virtual_clock: VirtualClock) -> None:
