@@ -17,6 +17,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -61,6 +62,8 @@ _POOL_LEAD = 0.02
 # with nothing left when its estimate of an attempt is 0 (a schedule that fills its budget
 # exactly, on the virtual clock), and a 0 s socket timeout fails before a byte is sent.
 _LEAST = 0.001
+
+_NO_FRAME = nullcontext()
 
 # A time left past this (about 31 years) bounds no socket call: Python's socket timeouts
 # overflow past about 9.2e9 s (nanoseconds in 64 bits), so the request's own timeouts apply.
@@ -243,25 +246,37 @@ def _methods(methods: Iterable[str]) -> frozenset[str]:
 
 
 class _Call:
-    """One request's run: the request, its own timeouts, its start, the latest response."""
+    """One request's run: the request, whether it may be retried, its own timeouts, its
+    start, the latest response.
 
-    __slots__ = ("received", "request", "started", "timeouts")
+    The latest attempt let through (:meth:`_Transport._admit`) sets ``timeout`` (seconds it
+    is given), ``end`` (the monotonic instant it must be over by) and ``binding`` (which end
+    of the run that is: ``wall_clock`` for the budget, ``deadline`` for a deadline).
+    """
 
-    def __init__(self, request: httpx.Request, started: float) -> None:
+    __slots__ = (
+        "binding",
+        "end",
+        "received",
+        "request",
+        "retried",
+        "started",
+        "timeout",
+        "timeouts",
+    )
+
+    def __init__(self, request: httpx.Request, started: float, retried: bool) -> None:
         self.request = request
+        # Asked before the first attempt: sending a body can replace its stream.
+        self.retried = retried
         timeouts = request.extensions.get("timeout")
         self.timeouts: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
         self.started = started
         self.received: httpx.Response | None = None
 
-
-@dataclass(frozen=True, slots=True)
-class _Admitted:
-    """An attempt let through: its timeout, when it must be over, and which end binds."""
-
     timeout: float
     end: float
-    reason: StopReason
+    binding: StopReason
 
 
 class _Cut(Exception):
@@ -310,12 +325,17 @@ class _Transport:
 
     config: _Config
     _asyncio: bool
+    _bare: bool  # the wrapped transport is httpx's own (see _frame)
+    _header: str | None
+    _statuses: frozenset[int]
 
     def _setup(self, config: _Config) -> None:
         self.config = config
         self.budget = config.budget
         policy = config.policy
         self._max_elapsed = policy.max_elapsed
+        self._header = config.deadline_header
+        self._statuses = config.retry_statuses
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         is_async = config.budget is not None and bool(getattr(config.budget, "is_async", False))
         if is_async and not self._asyncio:
@@ -361,7 +381,15 @@ class _Transport:
         """The header carrying the time left in whole milliseconds, or ``None``."""
         return self.config.deadline_header
 
-    def _admit(self, call: _Call, first: bool) -> _Admitted:
+    def _frame(self, timeout: float) -> AbstractContextManager[object]:
+        """The ambient frame of an attempt: :func:`remaining` inside the wrapped transport.
+
+        httpx's own transports run no code that reads it (the client's event hooks run
+        outside the transport): they get none, which saves its cost on every request.
+        """
+        return _NO_FRAME if self._bare else deadline_scope(timeout)
+
+    def _admit(self, call: _Call, first: bool) -> float:
         """Let an attempt through: its timeout, the deadline header; the same for every attempt.
 
         The time left is the earliest of the run's budget end, the policy's deadline and
@@ -381,19 +409,18 @@ class _Transport:
             until = self._deadline_ts - time.time()
             if until <= left:
                 left, reason = until, StopReason.DEADLINE
-        if left <= 0.0:
-            if first:
+        if left < _LEAST:
+            if first and left <= 0.0:
                 raise httpx.TimeoutException(
                     "no time left to send the request: the run's budget or deadline is spent",
                     request=call.request,
                 )
             left = _LEAST
-        elif left < _LEAST:
-            left = _LEAST
-        header = self.config.deadline_header
+        header = self._header
         if header is not None:
             call.request.headers[header] = format_timeout_ms(left)
-        return _Admitted(left, now + left, reason)
+        call.timeout, call.end, call.binding = left, now + left, reason
+        return left
 
     def _cut(self, call: _Call, state: RetryCallState | None, cut: _Cut) -> NoReturn:
         """End the run of an async attempt the hard stop cut: an ``httpx.TimeoutException``
@@ -420,6 +447,16 @@ class _Transport:
         kind = httpx.TimeoutException("the run's time was up", request=call.request)
         raise _exhausted(kind, attempt, report) from timeout
 
+    def _once(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """The end of a run sent once (a method not retried, a body not replayable)."""
+        config = self.config
+        if isinstance(first, BaseException):
+            config.note_not_replayed(call.request, first)
+            raise first
+        if call.request.method in config.methods:
+            config.not_replayed(first, call.started)
+        return first
+
     def _begin_retrying(self, call: _Call, first: BaseException | httpx.Response) -> Any:
         """The tenacity state of a run whose first attempt failed (``first``)."""
         retrying = self._controller.copy()
@@ -428,6 +465,19 @@ class _Transport:
         state.start_time = call.started
         _set_outcome(state, first)
         return retrying, state
+
+
+def _late(call: _Call) -> _Cut | None:
+    """A :class:`_Cut` for an async attempt that ended after its time without being cut.
+
+    A clock that jumps (the virtual clock does) lets an attempt run past its time without
+    the hard stop firing: it is as late as a cut one.
+    """
+    if time.monotonic() <= call.end:
+        return None
+    cut = _Cut(call.binding)
+    cut.__cause__ = TimeoutError("the attempt ended after the run's time was up")
+    return cut
 
 
 def _set_outcome(state: RetryCallState, outcome: BaseException | httpx.Response) -> None:
@@ -537,37 +587,36 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         self.transport: httpx.BaseTransport = (
             transport if transport is not None else httpx.HTTPTransport()
         )
+        self._bare = type(self.transport) is httpx.HTTPTransport
 
     def __repr__(self) -> str:
         return f"<BudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        config = self.config
-        call = _Call(request, time.monotonic())
-        if config.budget is not None:
-            config.budget.deposit()
+        call = _Call(request, time.monotonic(), self.config.retries(request))
+        if self.budget is not None:
+            self.budget.deposit()
+        try:  # the first attempt, outside tenacity's loop: most runs end with it
+            with self._frame(self._admit_sync(call, True)):
+                response = call.received = self.transport.handle_request(request)
+        except BaseException as exc:
+            return self._settle(call, exc)
+        if response.status_code in self._statuses:
+            return self._settle(call, response)
+        return response
+
+    def _settle(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """The end of a run whose first attempt did not succeed: retried, or as it is."""
         returned: httpx.Response | None = None
         try:
-            retried = config.retries(request)
-            try:
-                response = self._attempt(call, True)
-            except BaseException as exc:
-                if not retried:
-                    config.note_not_replayed(request, exc)
-                    raise
-                if not _retryable(exc):
-                    raise
-                returned = self._retry(call, exc)
-                return returned
-            if response.status_code in config.retry_statuses:
-                if not retried:
-                    if request.method in config.methods:
-                        config.not_replayed(response, call.started)
-                else:
-                    response = self._retry(call, response)
-            returned = response
-            return response
+            if not call.retried:
+                returned = self._once(call, first)
+            elif isinstance(first, BaseException) and not _retryable(first):
+                raise first
+            else:
+                returned = self._retry(call, first)
+            return returned
         finally:
             # A response received but not handed over: the run ended otherwise (an
             # exception, an interruption between attempts).
@@ -584,22 +633,22 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
                 return response
             state.prepare_for_next_attempt()
             retrying.sleep(do)
+            previous, call.received = call.received, None
+            if previous is not None:  # the run is retrying it: discard it
+                previous.close()
             try:
-                result = self._attempt(call, False)
+                with self._frame(self._admit_sync(call, False)):
+                    call.received = self.transport.handle_request(call.request)
             except BaseException as exc:
                 _set_outcome(state, exc)
             else:
-                state.set_result(result)
+                state.set_result(call.received)
 
-    def _attempt(self, call: _Call, first: bool) -> httpx.Response:
-        previous, call.received = call.received, None
-        if previous is not None:  # the run is retrying it: discard it
-            previous.close()
-        admitted = self._admit(call, first)
-        call.request.extensions["timeout"] = _bounded_timeouts(call.timeouts, admitted.timeout)
-        with deadline_scope(admitted.timeout):
-            response = call.received = self.transport.handle_request(call.request)
-        return response
+    def _admit_sync(self, call: _Call, first: bool) -> float:
+        """:meth:`_admit`, with every timeout phase bounded by the time the attempt gets."""
+        timeout = self._admit(call, first)
+        call.request.extensions["timeout"] = _bounded_timeouts(call.timeouts, timeout)
+        return timeout
 
     def close(self) -> None:
         """Close the wrapped transport."""
@@ -638,39 +687,42 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         self.transport: httpx.AsyncBaseTransport = (
             transport if transport is not None else httpx.AsyncHTTPTransport()
         )
+        self._bare = type(self.transport) is httpx.AsyncHTTPTransport
 
     def __repr__(self) -> str:
         return f"<AsyncBudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        config = self.config
-        call = _Call(request, time.monotonic())
-        if config.budget is not None:
-            config.budget.deposit()
+        call = _Call(request, time.monotonic(), self.config.retries(request))
+        if self.budget is not None:
+            self.budget.deposit()
+        hard: asyncio.Timeout | None = None
+        try:  # the first attempt, outside tenacity's loop: most runs end with it
+            hard = self._admit_async(call, True)
+            async with hard:
+                with self._frame(call.timeout):
+                    response = await self.transport.handle_async_request(request)
+        except BaseException as exc:
+            return await self._settle(call, await self._failed(call, hard, exc))
+        call.received = response
+        if time.monotonic() > call.end or response.status_code in self._statuses:
+            return await self._settle(call, _late(call) or response)
+        return response
+
+    async def _settle(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """The end of a run whose first attempt did not succeed: retried, or as it is."""
         returned: httpx.Response | None = None
         try:
-            retried = config.retries(request)
-            try:
-                response = await self._attempt(call, True)
-            except _Cut as cut:
-                self._cut(call, None, cut)
-            except BaseException as exc:
-                if not retried:
-                    config.note_not_replayed(request, exc)
-                    raise
-                if not _retryable(exc):
-                    raise
-                returned = await self._retry(call, exc)
-                return returned
-            if response.status_code in config.retry_statuses:
-                if not retried:
-                    if request.method in config.methods:
-                        config.not_replayed(response, call.started)
-                else:
-                    response = await self._retry(call, response)
-            returned = response
-            return response
+            if isinstance(first, _Cut):
+                self._cut(call, None, first)
+            if not call.retried:
+                returned = self._once(call, first)
+            elif isinstance(first, BaseException) and not _retryable(first):
+                raise first
+            else:
+                returned = await self._retry(call, first)
+            return returned
         finally:
             # A response received but not handed over: the run ended otherwise (an attempt
             # that ended after the run's time was up, a cancellation in a backoff sleep).
@@ -687,46 +739,50 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
                 return response
             state.prepare_for_next_attempt()
             await retrying.sleep(do)
-            try:
-                result = await self._attempt(call, False)
-            except _Cut as cut:
-                self._cut(call, state, cut)
-            except BaseException as exc:
-                _set_outcome(state, exc)
-            else:
-                state.set_result(result)
+            outcome = await self._attempt(call)
+            if isinstance(outcome, _Cut):
+                self._cut(call, state, outcome)
+            _set_outcome(state, outcome)
 
-    async def _attempt(self, call: _Call, first: bool) -> httpx.Response:
-        admitted = self._admit(call, first)
-        call.request.extensions["timeout"] = _pool_bounded(call.timeouts, admitted.timeout)
-        hard = asyncio.timeout(None if admitted.timeout > _UNBOUNDED else admitted.timeout)
-        try:
-            async with hard:
-                response = await self._send(call, admitted.timeout)
-        except TimeoutError as exc:
-            if hard.expired():
-                raise _Cut(admitted.reason) from exc
-            raise
-        if time.monotonic() > admitted.end:
-            # It ran past its time without being cut in time (a clock that jumps, as the
-            # virtual clock does): as late as a cut one.
-            late = TimeoutError("the attempt ended after the run's time was up")
-            raise _Cut(admitted.reason) from late
-        return response
-
-    async def _send(self, call: _Call, timeout: float) -> httpx.Response:
+    async def _attempt(self, call: _Call) -> BaseException | httpx.Response:
+        """A retry: its response, or what it raised (a :class:`_Cut` where it was cut)."""
+        hard: asyncio.Timeout | None = None
         previous, call.received = call.received, None
-        if previous is not None:  # the run is retrying it: discard it
-            await _close_whole(previous)
         try:
-            with deadline_scope(timeout):
-                response = await self.transport.handle_async_request(call.request)
-        except BaseException:
-            # Cut, timed out or failed: give back what httpcore may have left reserved.
-            await _reclaim_orphans(self.transport)
-            raise
+            hard = self._admit_async(call, False)
+            async with hard:
+                if previous is not None:  # the run is retrying it: discard it
+                    await _close_whole(previous)
+                with self._frame(call.timeout):
+                    response = await self.transport.handle_async_request(call.request)
+        except BaseException as exc:
+            return await self._failed(call, hard, exc)
         call.received = response
-        return response
+        return _late(call) or response
+
+    def _admit_async(self, call: _Call, first: bool) -> asyncio.Timeout:
+        """:meth:`_admit`, and the hard stop: the attempt is cut when its time is up.
+
+        The wait for a pool slot ends before (see :func:`_pool_bounded`).
+        """
+        timeout = self._admit(call, first)
+        call.request.extensions["timeout"] = _pool_bounded(call.timeouts, timeout)
+        return asyncio.timeout(None if timeout > _UNBOUNDED else timeout)
+
+    async def _failed(
+        self, call: _Call, hard: asyncio.Timeout | None, exc: BaseException
+    ) -> BaseException:
+        """What a failed attempt raised, a :class:`_Cut` where the hard stop cut it.
+
+        Cut, timed out or failed, the attempt may have left a slot of httpcore's pool
+        reserved: it is given back.
+        """
+        await _reclaim_orphans(self.transport)
+        if isinstance(exc, TimeoutError) and hard is not None and hard.expired():
+            cut = _Cut(call.binding)
+            cut.__cause__ = exc
+            return cut
+        return exc
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
@@ -735,14 +791,20 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
 
 def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
     """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
-    bounded: dict[str, float | None] = {}
-    for phase in _PHASES:
-        own = timeouts.get(phase)
-        if left > _UNBOUNDED:
-            bounded[phase] = None if own is None else float(own)
-        else:
-            bounded[phase] = left if own is None or own > left else float(own)
-    return bounded
+    if left > _UNBOUNDED:
+        return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
+    get = timeouts.get
+    connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
+    return {  # written out: this runs for every request
+        "connect": left if connect is None or connect > left else float(connect),
+        "read": left if read is None or read > left else float(read),
+        "write": left if write is None or write > left else float(write),
+        "pool": left if pool is None or pool > left else float(pool),
+    }
+
+
+def _seconds(own: Any) -> float | None:
+    return None if own is None else float(own)
 
 
 def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
