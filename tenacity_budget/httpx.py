@@ -75,14 +75,6 @@ try:
 except ImportError:  # pragma: no cover (an httpx without httpcore)
     _ConnectionPool = None  # type: ignore[assignment,misc]
 
-# Request bodies that can be sent again: bytes, and multipart forms whose files can be
-# read again from their start (see _replayable). httpx keeps its multipart stream private;
-# without it, a multipart request is only sent once.
-try:
-    from httpx._multipart import MultipartStream as _MultipartStream
-except ImportError:  # pragma: no cover (a future httpx)
-    _MultipartStream = None  # type: ignore[assignment,misc]
-
 # Transport errors that a retry cannot cure: the request itself is wrong.
 _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
     httpx.UnsupportedProtocol,
@@ -197,12 +189,15 @@ def _replayable(stream: object) -> bool:
     """
     if isinstance(stream, httpx.ByteStream):
         return True
-    if _MultipartStream is None or not isinstance(stream, _MultipartStream):
-        return False
+    # httpx's multipart stream is a private class: it is known by its shape, a boundary and
+    # the list of its parts, each rendered again from its start by every attempt.
     fields = getattr(stream, "fields", None)
-    if not isinstance(fields, list):  # pragma: no cover (a future httpx)
+    if not isinstance(getattr(stream, "boundary", None), bytes) or not isinstance(fields, list):
         return False
-    return all(_rewindable(getattr(field, "file", b"")) for field in fields)
+    return all(
+        callable(getattr(field, "render", None)) and _rewindable(getattr(field, "file", b""))
+        for field in fields
+    )
 
 
 def _rewindable(file: object) -> bool:
@@ -796,10 +791,10 @@ def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float 
     get = timeouts.get
     connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
     return {  # written out: this runs for every request
-        "connect": left if connect is None or connect > left else float(connect),
-        "read": left if read is None or read > left else float(read),
-        "write": left if write is None or write > left else float(write),
-        "pool": left if pool is None or pool > left else float(pool),
+        "connect": left if connect is None else float(min(connect, left)),
+        "read": left if read is None else float(min(read, left)),
+        "write": left if write is None else float(min(write, left)),
+        "pool": left if pool is None else float(min(pool, left)),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import subprocess
 import sys
@@ -587,6 +588,30 @@ def test_the_signature_and_defaults(cls: type[Any]) -> None:
     assert transport.policy is POLICY
     assert transport.retry_statuses == frozenset({429, 502, 503, 504})
     assert transport.deadline_header == "X-Request-Timeout-Ms"
+
+
+@pytest.mark.parametrize("cls", [BudgetTransport, AsyncBudgetTransport])
+def test_the_options_are_one_frozen_config(cls: type[Any]) -> None:
+    budget = RetryBudget()
+    transport = cls(POLICY, methods=frozenset({"get", "Put"}), budget=budget)
+    config = transport.config
+    assert config.policy is transport.policy is POLICY
+    assert config.methods == transport.methods == frozenset({"GET", "PUT"})
+    assert config.retry_statuses == transport.retry_statuses == frozenset({429, 502, 503, 504})
+    assert config.deadline_header == transport.deadline_header == "X-Request-Timeout-Ms"
+    assert config.budget is transport.budget is budget
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.policy = POLICY
+
+
+def test_the_public_names() -> None:
+    import tenacity_budget.httpx as module
+
+    assert module.__all__ == ["AsyncBudgetTransport", "BudgetTransport", "exhaustion_report"]
+    # Still importable, as before issue 16.
+    assert module.REPORT_EXTENSION == REPORT_EXTENSION == "tenacity_budget.report"
+    assert frozenset({429, 502, 503, 504}) == module.DEFAULT_RETRY_STATUSES
+    assert frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}) == module.DEFAULT_METHODS
 
 
 def test_the_default_transports_are_httpx_own() -> None:
