@@ -315,6 +315,42 @@ class _AsyncBudgetStop:
         return bool(await self.budget_stop(retry_state))
 
 
+def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
+    """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
+    if left > _UNBOUNDED:
+        return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
+    get = timeouts.get
+    connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
+    return {  # written out: this runs for every request
+        "connect": left if connect is None else float(min(connect, left)),
+        "read": left if read is None else float(min(read, left)),
+        "write": left if write is None else float(min(write, left)),
+        "pool": left if pool is None else float(min(pool, left)),
+    }
+
+
+def _seconds(own: Any) -> float | None:
+    return None if own is None else float(own)
+
+
+def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
+    """The request's own timeouts, with the wait for a pool slot ending before the run's end.
+
+    An async attempt is cancelled as a whole at the run's end; cancelled while it waits for
+    a connection of httpx's pool, at the moment a connection is handed to it, it would leave
+    that connection reserved for good (httpcore 1.0.9; plain httpx under ``asyncio.timeout``
+    shows it too). So the pool wait ends by httpx's own ``pool`` timeout, :data:`_POOL_LEAD`
+    (or half the time left, where less is left) before the run's end: the cancellation
+    never lands in the pool wait. The other phases are the request's own; the hard
+    deadline bounds them.
+    """
+    bounded = dict(timeouts)
+    pool = left - min(_POOL_LEAD, left / 2)
+    own = timeouts.get("pool")
+    bounded["pool"] = pool if own is None or own > pool else float(own)
+    return bounded
+
+
 class _Transport:
     """What both transports share: the options, the admission of attempts, the run's end."""
 
@@ -323,6 +359,7 @@ class _Transport:
     _bare: bool  # the wrapped transport is httpx's own (see _frame)
     _header: str | None
     _statuses: frozenset[int]
+    _clamp: Callable[[dict[str, Any], float], dict[str, Any]]
 
     def _setup(self, config: _Config) -> None:
         self.config = config
@@ -385,11 +422,13 @@ class _Transport:
         return _NO_FRAME if self._bare else deadline_scope(timeout)
 
     def _admit(self, call: _Call, first: bool) -> float:
-        """Let an attempt through: its timeout, the deadline header; the same for every attempt.
+        """Let an attempt through: its timeouts, the deadline header; the same for every attempt.
 
         The time left is the earliest of the run's budget end, the policy's deadline and
         any enclosing one. A retry the run's stop admitted is always sent, with that time
         (at least :data:`_LEAST`); only a first attempt with no time at all is not sent.
+        The request's timeouts are bounded by it (:attr:`_clamp`); the async transport
+        then arms its hard stop with it (:func:`_hard_stop`).
 
         Raises:
             httpx.TimeoutException: for a first attempt with no time left (not sent).
@@ -414,6 +453,7 @@ class _Transport:
         header = self._header
         if header is not None:
             call.request.headers[header] = format_timeout_ms(left)
+        call.request.extensions["timeout"] = self._clamp(call.timeouts, left)
         call.timeout, call.end, call.binding = left, now + left, reason
         return left
 
@@ -460,6 +500,11 @@ class _Transport:
         state.start_time = call.started
         _set_outcome(state, first)
         return retrying, state
+
+
+def _hard_stop(timeout: float) -> asyncio.Timeout:
+    """The hard stop of an async attempt: cut when the time it was given is up."""
+    return asyncio.timeout(None if timeout > _UNBOUNDED else timeout)
 
 
 def _late(call: _Call) -> _Cut | None:
@@ -563,6 +608,8 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
     """
 
     _asyncio = False
+    # Every timeout phase bounded by the time an attempt gets: a sync call cannot be cut.
+    _clamp = staticmethod(_bounded_timeouts)
 
     def __init__(
         self,
@@ -593,7 +640,7 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         if self.budget is not None:
             self.budget.deposit()
         try:  # the first attempt, outside tenacity's loop: most runs end with it
-            with self._frame(self._admit_sync(call, True)):
+            with self._frame(self._admit(call, True)):
                 response = call.received = self.transport.handle_request(request)
         except BaseException as exc:
             return self._settle(call, exc)
@@ -632,18 +679,12 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
             if previous is not None:  # the run is retrying it: discard it
                 previous.close()
             try:
-                with self._frame(self._admit_sync(call, False)):
+                with self._frame(self._admit(call, False)):
                     call.received = self.transport.handle_request(call.request)
             except BaseException as exc:
                 _set_outcome(state, exc)
             else:
                 state.set_result(call.received)
-
-    def _admit_sync(self, call: _Call, first: bool) -> float:
-        """:meth:`_admit`, with every timeout phase bounded by the time the attempt gets."""
-        timeout = self._admit(call, first)
-        call.request.extensions["timeout"] = _bounded_timeouts(call.timeouts, timeout)
-        return timeout
 
     def close(self) -> None:
         """Close the wrapped transport."""
@@ -663,6 +704,8 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
     """
 
     _asyncio = True
+    # The hard stop bounds the attempt; only the wait for a pool slot ends before it.
+    _clamp = staticmethod(_pool_bounded)
 
     def __init__(
         self,
@@ -694,7 +737,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             self.budget.deposit()
         hard: asyncio.Timeout | None = None
         try:  # the first attempt, outside tenacity's loop: most runs end with it
-            hard = self._admit_async(call, True)
+            hard = _hard_stop(self._admit(call, True))
             async with hard:
                 with self._frame(call.timeout):
                     response = await self.transport.handle_async_request(request)
@@ -744,7 +787,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         hard: asyncio.Timeout | None = None
         previous, call.received = call.received, None
         try:
-            hard = self._admit_async(call, False)
+            hard = _hard_stop(self._admit(call, False))
             async with hard:
                 if previous is not None:  # the run is retrying it: discard it
                     await _close_whole(previous)
@@ -754,15 +797,6 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             return await self._failed(call, hard, exc)
         call.received = response
         return _late(call) or response
-
-    def _admit_async(self, call: _Call, first: bool) -> asyncio.Timeout:
-        """:meth:`_admit`, and the hard stop: the attempt is cut when its time is up.
-
-        The wait for a pool slot ends before (see :func:`_pool_bounded`).
-        """
-        timeout = self._admit(call, first)
-        call.request.extensions["timeout"] = _pool_bounded(call.timeouts, timeout)
-        return asyncio.timeout(None if timeout > _UNBOUNDED else timeout)
 
     async def _failed(
         self, call: _Call, hard: asyncio.Timeout | None, exc: BaseException
@@ -782,42 +816,6 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the wrapped transport."""
         await self.transport.aclose()
-
-
-def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
-    """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
-    if left > _UNBOUNDED:
-        return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
-    get = timeouts.get
-    connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
-    return {  # written out: this runs for every request
-        "connect": left if connect is None else float(min(connect, left)),
-        "read": left if read is None else float(min(read, left)),
-        "write": left if write is None else float(min(write, left)),
-        "pool": left if pool is None else float(min(pool, left)),
-    }
-
-
-def _seconds(own: Any) -> float | None:
-    return None if own is None else float(own)
-
-
-def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
-    """The request's own timeouts, with the wait for a pool slot ending before the run's end.
-
-    An async attempt is cancelled as a whole at the run's end; cancelled while it waits for
-    a connection of httpx's pool, at the moment a connection is handed to it, it would leave
-    that connection reserved for good (httpcore 1.0.9; plain httpx under ``asyncio.timeout``
-    shows it too). So the pool wait ends by httpx's own ``pool`` timeout, :data:`_POOL_LEAD`
-    (or half the time left, where less is left) before the run's end: the cancellation
-    never lands in the pool wait. The other phases are the request's own; the hard
-    deadline bounds them.
-    """
-    bounded = dict(timeouts)
-    pool = left - min(_POOL_LEAD, left / 2)
-    own = timeouts.get("pool")
-    bounded["pool"] = pool if own is None or own > pool else float(own)
-    return bounded
 
 
 async def _close_whole(response: httpx.Response) -> None:
