@@ -428,7 +428,7 @@ class _Transport:
         any enclosing one. A retry the run's stop admitted is always sent, with that time
         (at least :data:`_LEAST`); only a first attempt with no time at all is not sent.
         The request's timeouts are bounded by it (:attr:`_clamp`); the async transport
-        then arms its hard stop with it (:func:`_hard_stop`).
+        then arms its hard stop with it (:class:`_HardStop`).
 
         Raises:
             httpx.TimeoutException: for a first attempt with no time left (not sent).
@@ -502,9 +502,46 @@ class _Transport:
         return retrying, state
 
 
-def _hard_stop(timeout: float) -> asyncio.Timeout:
-    """The hard stop of an async attempt: cut when the time it was given is up."""
-    return asyncio.timeout(None if timeout > _UNBOUNDED else timeout)
+_CANCELLED = asyncio.CancelledError
+
+
+class _HardStop:
+    """The hard stop of an async attempt: its task is cancelled when its time is up.
+
+    ``asyncio.timeout``'s rule (the cancellation leaves the block as ``TimeoutError``, unless
+    the task was cancelled by someone else too), as a plain ``with``: arming and disarming
+    a timer needs no await, and this runs for every request.
+    """
+
+    __slots__ = ("_cancelling", "_handle", "_task", "_timeout", "expired")
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._handle: asyncio.TimerHandle | None = None
+        self.expired = False
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover (httpx's async clients run in a task)
+            raise RuntimeError("an async attempt runs inside an asyncio task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        if self._timeout <= _UNBOUNDED:
+            loop = asyncio.get_running_loop()
+            self._handle = loop.call_at(loop.time() + self._timeout, self._expire)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        # uncancel() first, whatever left the block: the cancellation asked here is undone.
+        if self.expired and self._task.uncancel() <= self._cancelling and kind is _CANCELLED:
+            raise TimeoutError from exc
+
+    def _expire(self) -> None:
+        self._handle = None
+        self.expired = True
+        self._task.cancel()
 
 
 def _late(call: _Call) -> _Cut | None:
@@ -735,12 +772,11 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         call = _Call(request, time.monotonic(), self.config.retries(request))
         if self.budget is not None:
             self.budget.deposit()
-        hard: asyncio.Timeout | None = None
+        hard: _HardStop | None = None
         try:  # the first attempt, outside tenacity's loop: most runs end with it
-            hard = _hard_stop(self._admit(call, True))
-            async with hard:
-                with self._frame(call.timeout):
-                    response = await self.transport.handle_async_request(request)
+            hard = _HardStop(self._admit(call, True))
+            with hard, self._frame(call.timeout):
+                response = await self.transport.handle_async_request(request)
         except BaseException as exc:
             return await self._settle(call, await self._failed(call, hard, exc))
         call.received = response
@@ -784,11 +820,11 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
 
     async def _attempt(self, call: _Call) -> BaseException | httpx.Response:
         """A retry: its response, or what it raised (a :class:`_Cut` where it was cut)."""
-        hard: asyncio.Timeout | None = None
+        hard: _HardStop | None = None
         previous, call.received = call.received, None
         try:
-            hard = _hard_stop(self._admit(call, False))
-            async with hard:
+            hard = _HardStop(self._admit(call, False))
+            with hard:
                 if previous is not None:  # the run is retrying it: discard it
                     await _close_whole(previous)
                 with self._frame(call.timeout):
@@ -799,7 +835,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         return _late(call) or response
 
     async def _failed(
-        self, call: _Call, hard: asyncio.Timeout | None, exc: BaseException
+        self, call: _Call, hard: _HardStop | None, exc: BaseException
     ) -> BaseException:
         """What a failed attempt raised, a :class:`_Cut` where the hard stop cut it.
 
@@ -807,7 +843,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         reserved: it is given back.
         """
         await _reclaim_orphans(self.transport)
-        if isinstance(exc, TimeoutError) and hard is not None and hard.expired():
+        if isinstance(exc, TimeoutError) and hard is not None and hard.expired:
             cut = _Cut(call.binding)
             cut.__cause__ = exc
             return cut

@@ -526,6 +526,29 @@ async def test_async_cancels_an_attempt_that_hangs() -> None:
     assert str(info.value).startswith("time budget exhausted (deadline): 1 attempts")
 
 
+async def test_async_a_cancellation_from_outside_an_attempt_stays_a_cancellation() -> None:
+    # The hard stop turns only its own cancellation into the end of the run.
+    entered = asyncio.Event()
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("not reached")
+
+    async with async_client(hang) as client:
+        task = asyncio.ensure_future(client.get(URL))
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        # The transport serves the next request as usual.
+        entered.clear()
+        with deadline_scope(0.02), pytest.raises(BudgetExhausted) as info:
+            await client.get(URL)
+    assert info.value.report.reason is StopReason.DEADLINE
+
+
 async def test_async_a_post_is_sent_once(virtual_clock: VirtualClock) -> None:
     server = Server(503)
     async with async_client(server) as client:
