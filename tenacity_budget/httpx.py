@@ -153,7 +153,10 @@ class _Config:
         multipart upload with a file that cannot seek back to its start (a pipe, a socket,
         an object with no ``seekable()``): such a request is sent once.
         """
-        return request.method in self.methods and _replayable(request.stream)
+        if request.method not in self.methods:
+            return False
+        stream = request.stream
+        return isinstance(stream, httpx.ByteStream) or _replayable(stream)
 
     def not_replayed(self, response: httpx.Response, started: float) -> None:
         """Report ``not_replayable`` on a one-shot request's retryable status."""
@@ -677,8 +680,12 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         if self.budget is not None:
             self.budget.deposit()
         try:  # the first attempt, outside tenacity's loop: most runs end with it
-            with self._frame(self._admit(call, True)):
+            timeout = self._admit(call, True)
+            if self._bare:  # see _frame
                 response = call.received = self.transport.handle_request(request)
+            else:
+                with deadline_scope(timeout):
+                    response = call.received = self.transport.handle_request(request)
         except BaseException as exc:
             return self._settle(call, exc)
         if response.status_code in self._statuses:
@@ -775,8 +782,12 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         hard: _HardStop | None = None
         try:  # the first attempt, outside tenacity's loop: most runs end with it
             hard = _HardStop(self._admit(call, True))
-            with hard, self._frame(call.timeout):
-                response = await self.transport.handle_async_request(request)
+            with hard:
+                if self._bare:  # see _frame
+                    response = await self.transport.handle_async_request(request)
+                else:
+                    with deadline_scope(call.timeout):
+                        response = await self.transport.handle_async_request(request)
         except BaseException as exc:
             return await self._settle(call, await self._failed(call, hard, exc))
         call.received = response

@@ -114,6 +114,26 @@ def test_a_success_is_sent_once_with_the_time_left(virtual_clock: VirtualClock) 
     assert virtual_clock.sleeps == []
 
 
+def test_the_wrapped_transport_sees_the_time_left_of_each_attempt(
+    virtual_clock: VirtualClock,
+) -> None:
+    # remaining() inside the wrapped transport (a handler, an app served in-process) is the
+    # time the attempt was given, as the header says.
+    server = Server(503, 200)
+    with sync_client(server) as client:
+        client.get(URL)
+    assert server.left == [12.0, 11.0]
+
+
+async def test_async_the_wrapped_transport_sees_the_time_left_of_each_attempt(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(503, 200)
+    async with async_client(server) as client:
+        await client.get(URL)
+    assert server.left == [12.0, 11.0]
+
+
 def test_retries_a_retryable_status_then_succeeds(virtual_clock: VirtualClock) -> None:
     server = Server(503, 502, 200)
     with sync_client(server) as client:
