@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import tenacity
 from tenacity import RetryCallState
@@ -324,6 +324,9 @@ def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float 
         return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
     get = timeouts.get
     connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
+    own = (connect, read, write, pool)
+    if None not in own and max(cast("tuple[float, ...]", own)) <= left:
+        return timeouts  # every phase of the request's own is shorter: nothing to change
     return {  # written out: this runs for every request
         "connect": left if connect is None else float(min(connect, left)),
         "read": left if read is None else float(min(read, left)),
@@ -347,11 +350,11 @@ def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
     never lands in the pool wait. The other phases are the request's own; the hard
     deadline bounds them.
     """
-    bounded = dict(timeouts)
     pool = left - min(_POOL_LEAD, left / 2)
     own = timeouts.get("pool")
-    bounded["pool"] = pool if own is None or own > pool else float(own)
-    return bounded
+    if own is not None and own <= pool:
+        return timeouts  # the request's own is shorter: nothing to change
+    return {**timeouts, "pool": pool}
 
 
 class _Transport:
