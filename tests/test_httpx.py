@@ -161,6 +161,31 @@ def test_every_timeout_phase_is_bounded_by_the_time_left(virtual_clock: VirtualC
     ]
 
 
+def test_timeouts_within_the_time_left_are_the_requests_own(virtual_clock: VirtualClock) -> None:
+    server = Server(503, 200)
+    with deadline_scope(4.0), sync_client(server) as client:
+        client.get(URL, timeout=3.0)
+    # 4 s left, then 3 s: the second attempt's phases are bounded by what is left.
+    assert server.timeouts == [
+        {"connect": 3.0, "read": 3.0, "write": 3.0, "pool": 3.0},
+        {"connect": 3.0, "read": 3.0, "write": 3.0, "pool": 3.0},
+    ]
+    assert server.left == [4.0, 3.0]
+
+
+async def test_async_only_the_pool_wait_ends_before_the_time_left(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(200)
+    async with async_client(server) as client:
+        await client.get(URL, timeout=httpx.Timeout(20.0, pool=1.0))
+        await client.get(URL, timeout=20.0)
+    assert server.timeouts == [
+        {"connect": 20.0, "read": 20.0, "write": 20.0, "pool": 1.0},
+        {"connect": 20.0, "read": 20.0, "write": 20.0, "pool": 12.0 - 0.02},
+    ]
+
+
 def test_no_timeout_at_all_becomes_the_time_left(virtual_clock: VirtualClock) -> None:
     server = Server(200)
     with sync_client(server) as client:
