@@ -1,74 +1,29 @@
-"""httpx transports that retry within a budget and tell the next hop its deadline.
+"""httpx transports that retry each request within a budget and tell the next hop its deadline.
 
-Needs the ``httpx`` extra (``pip install 'tenacity-budget[httpx]'``); without httpx,
-importing this module raises :class:`ImportError` saying so. Importing ``tenacity_budget``
-does not import this module or httpx.
-
-:class:`AsyncBudgetTransport` and :class:`BudgetTransport` wrap another httpx transport
-(httpx's own by default) and send each request as one budgeted run of the policy::
-
-    import httpx
-    from tenacity_budget import BackoffPolicy
-    from tenacity_budget.httpx import AsyncBudgetTransport
-
-    policy = BackoffPolicy(base=0.1, cap=2, max_elapsed=10, attempt_duration=1)
-    async with httpx.AsyncClient(transport=AsyncBudgetTransport(policy)) as client:
-        response = await client.get("https://api.example/users/42")
-        response.raise_for_status()
-
-What a request gets:
-
-* **Retries** on ``httpx.TransportError`` (connection refused or reset, timeouts...) and
-  on the ``retry_statuses`` (429, 502, 503, 504), for the idempotent ``methods`` only: a
-  ``POST`` is sent once unless you list it, and so is a request whose body is an iterator
-  or a generator (its first attempt consumes it), or a multipart upload with a file that
-  cannot seek back to its start (``seekable()`` false or absent: a pipe, a socket); a
-  retried body is the same bytes on every attempt. Each request the client sends is one
-  run: a redirect the client follows is a new request with a budget of its own (all of
-  them inside an enclosing ``deadline_scope``'s deadline). A ``Retry-After`` on a retryable
-  response (seconds or an HTTP-date, read by :func:`tenacity_budget.http.parse_retry_after`)
-  replaces the backoff delay; the budget stop still guards it, like any ``retry_after``.
-* **The budget's end.** The run stops before a retry that would end after the policy's
-  ``max_elapsed``, the policy's deadline or any enclosing
-  :func:`~tenacity_budget.deadline_scope` (a :class:`~tenacity_budget.asgi.DeadlineMiddleware`
-  sets one per request). Spent on a retryable status, the last response is returned, and
-  your ``raise_for_status()`` decides (like urllib3's ``raise_on_status=False``); its
-  :func:`exhaustion_report` says how the budget went. Spent on a transport error,
-  :class:`~tenacity_budget.BudgetExhausted` is raised from that error. The bodies of the
-  responses it discards are closed.
-* **Each attempt bounded by the time left.** The async transport cancels the whole attempt
-  (connecting, sending, waiting for the response headers) when the run's time is up
-  (``policy.retry(hard_deadline=True)``); its wait for a slot of httpx's connection pool
-  ends just before, by httpx's own ``pool`` timeout, and a slot that httpcore leaves
-  reserved after a cut is given back (see the deadline propagation guide). The sync one
-  cannot interrupt a running call, so it sets every httpx timeout phase (connect, read,
-  write, pool) to the time left, or the request's own timeout where that is shorter. That
-  bounds each phase, not their sum, and not: a server that trickles bytes (the read
-  timeout counts between reads, not over the whole response), name resolution
-  (``getaddrinfo`` takes no timeout), or reading the body after the transport has returned
-  the response (the client streams it later). Use the async transport where an attempt
-  must end on time whatever the server does.
-* **The deadline downstream.** Every request it sends carries the time left, in whole
-  milliseconds rounded down, in ``X-Request-Timeout-Ms`` (``deadline_header``; ``None``
-  disables it), so the next service (with :class:`~tenacity_budget.asgi.DeadlineMiddleware`)
-  ends its own work by the caller's deadline. The value is relative, so no clock needs to
-  agree with another.
-
-The response the transport returns is the one the wrapped transport returned: its body
-(streamed by the client after the transport returns) is outside the run.
+:class:`BudgetTransport` and :class:`AsyncBudgetTransport` wrap another httpx transport and
+send each request as one budgeted run of a :class:`~tenacity_budget.BackoffPolicy`:
+retries on transport errors and listed statuses for idempotent methods with a replayable
+body, ``Retry-After`` honoured, each attempt bounded by the time left, which it also sends
+downstream in ``X-Request-Timeout-Ms``. Spent on a status, the last response is returned
+(:func:`exhaustion_report` says why); spent on a transport error, an error that is both
+that kind of ``httpx.TransportError`` and a :class:`~tenacity_budget.BudgetExhausted` is
+raised. Needs the ``httpx`` extra. The guide: docs/deadline-propagation.md
+("The httpx transports, attempt by attempt").
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
 import math
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from tenacity import retry_if_exception, retry_never
+import tenacity
+from tenacity import RetryCallState
+from tenacity.wait import wait_base
 
 try:
     import httpx
@@ -77,22 +32,16 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
+from . import _config
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
-from .http import _check_header_name, format_timeout_ms, retry_after
-from .runtime import ambient_deadline, remaining
+from .http import _check_header_name, format_timeout_ms, parse_retry_after
+from .runtime import ambient_deadline, deadline_scope, remaining
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
-    from .runtime import BudgetedRetry
+    from .strategies import stop_budget
 
-__all__ = [
-    "DEFAULT_METHODS",
-    "DEFAULT_RETRY_STATUSES",
-    "REPORT_EXTENSION",
-    "AsyncBudgetTransport",
-    "BudgetTransport",
-    "exhaustion_report",
-]
+__all__ = ["AsyncBudgetTransport", "BudgetTransport", "exhaustion_report"]
 
 DEFAULT_RETRY_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
 """Statuses retried by default: too many requests, bad gateway, unavailable, gateway timeout."""
@@ -109,19 +58,22 @@ _PHASES = ("connect", "read", "write", "pool")
 # (see _pool_bounded).
 _POOL_LEAD = 0.02
 
+# The least time an attempt the run's stop admitted is given: the stop admits an attempt
+# with nothing left when its estimate of an attempt is 0 (a schedule that fills its budget
+# exactly, on the virtual clock), and a 0 s socket timeout fails before a byte is sent.
+_LEAST = 0.001
+
+_NO_FRAME = nullcontext()
+
+# A time left past this (about 31 years) bounds no socket call: Python's socket timeouts
+# overflow past about 9.2e9 s (nanoseconds in 64 bits), so the request's own timeouts apply.
+_UNBOUNDED = 1e9
+
 # httpcore's asyncio pool, whose slots a cut request can leave reserved (_reclaim_orphans).
 try:
     from httpcore import AsyncConnectionPool as _ConnectionPool
 except ImportError:  # pragma: no cover (an httpx without httpcore)
     _ConnectionPool = None  # type: ignore[assignment,misc]
-
-# Request bodies that can be sent again: bytes, and multipart forms whose files can be
-# read again from their start (see _replayable). httpx keeps its multipart stream private;
-# without it, a multipart request is only sent once.
-try:
-    from httpx._multipart import MultipartStream as _MultipartStream
-except ImportError:  # pragma: no cover (a future httpx)
-    _MultipartStream = None  # type: ignore[assignment,misc]
 
 # Transport errors that a retry cannot cure: the request itself is wrong.
 _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
@@ -131,9 +83,7 @@ _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
 
 
 def _retryable(exc: BaseException) -> bool:
-    """Whether a failed attempt is worth retrying: a transport error or a retryable status."""
-    if isinstance(exc, _RetryableStatus):
-        return True
+    """Whether a failed attempt is worth retrying: a transport error a retry may cure."""
     return isinstance(exc, httpx.TransportError) and not isinstance(exc, _NOT_RETRIED)
 
 
@@ -149,48 +99,51 @@ def exhaustion_report(response: httpx.Response) -> ExhaustionReport | None:
     return report if isinstance(report, ExhaustionReport) else None
 
 
-class _RetryableStatus(Exception):
-    """A response with a retryable status: raised inside the run so the policy retries it.
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """A transport's validated options (``transport.config``), shared by sync and async.
 
-    It carries the response as ``.response``, so :func:`tenacity_budget.http.retry_after`
-    reads its ``Retry-After`` like any HTTP error's.
+    Attributes:
+        policy: the policy each request runs under.
+        retry_statuses: the response statuses retried.
+        methods: the request methods retried; any other is sent once.
+        deadline_header: the header carrying the time left in whole milliseconds, or ``None``.
+        budget: the retry budget every retry draws from, or ``None``.
     """
 
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"retryable status {response.status_code}")
-        self.response = response
+    policy: BackoffPolicy
+    retry_statuses: frozenset[int]
+    methods: frozenset[str]
+    deadline_header: str | None
+    budget: Any
 
-
-class _Call:
-    """One request's run: the request, its own timeouts, the latest response received."""
-
-    __slots__ = ("received", "request", "timeouts")
-
-    def __init__(self, request: httpx.Request) -> None:
-        self.request = request
-        timeouts = request.extensions.get("timeout")
-        self.timeouts: dict[str, Any] = dict(timeouts) if isinstance(timeouts, dict) else {}
-        self.received: httpx.Response | None = None
-
-
-class _Config:
-    """The validated options both transports share, and the rules they apply per attempt."""
-
-    def __init__(
-        self,
+    @classmethod
+    def build(
+        cls,
         policy: BackoffPolicy,
         retry_statuses: Iterable[int],
         methods: Iterable[str],
         deadline_header: str | None,
-    ) -> None:
+        budget: Any,
+    ) -> _Config:
+        """Validate the options (``TypeError``/``ValueError`` saying which one is wrong)."""
         from .policy import BackoffPolicy
 
         if not isinstance(policy, BackoffPolicy):
             raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
-        self.policy = policy
-        self.retry_statuses = _statuses(retry_statuses)
-        self.methods = _methods(methods)
-        self.deadline_header = _header(deadline_header)
+        if budget is not None and not all(
+            callable(getattr(budget, name, None)) for name in ("deposit", "try_withdraw", "stop")
+        ):
+            raise TypeError(
+                "budget must be a retry budget (RetryBudget or RedisRetryBudget: deposit(), "
+                f"try_withdraw(), stop()), got {type(budget).__name__}"
+            )
+        header = (
+            None
+            if deadline_header is None
+            else _check_header_name(deadline_header, "deadline_header")
+        )
+        return cls(policy, _statuses(retry_statuses), _methods(methods), header, budget)
 
     def retries(self, request: httpx.Request) -> bool:
         """Whether ``request`` may be sent more than once: a listed method, a replayable body.
@@ -202,49 +155,12 @@ class _Config:
         """
         if request.method not in self.methods:
             return False
-        return _replayable(request.stream)
+        stream = request.stream
+        return isinstance(stream, httpx.ByteStream) or _replayable(stream)
 
-    def retry_kwargs(self, *, retried: bool) -> dict[str, Any]:
-        """The ``policy.retry()`` options of a run: retried methods, or sent once."""
-        if not retried:
-            return {"retry": retry_never}
-        return {"retry": retry_if_exception(_retryable), "retry_after": retry_after}
-
-    def time_left(self, call: _Call) -> float:
-        """The run's time left, written into the request's deadline header.
-
-        Raises:
-            httpx.TimeoutException: when no time is left: the request is not sent.
-        """
-        left = remaining()
-        if left is None or not math.isfinite(left):  # pragma: no cover (always in a run)
-            raise RuntimeError("a transport attempt runs inside its budgeted run")
-        if left <= 0.0:
-            raise httpx.TimeoutException(
-                "no time left to send the request: the run's budget or deadline is spent",
-                request=call.request,
-            )
-        if self.deadline_header is not None:
-            call.request.headers[self.deadline_header] = format_timeout_ms(left)
-        return left
-
-    def check(self, response: httpx.Response, *, retried: bool) -> httpx.Response:
-        """``response``, or :class:`_RetryableStatus` raised when the run should retry it."""
-        if retried and response.status_code in self.retry_statuses:
-            raise _RetryableStatus(response)
-        return response
-
-    def not_replayed(self, call: _Call, started: float) -> None:
-        """Say so where a one-shot body's single attempt failed in a way a retry would take.
-
-        A listed method whose body cannot be sent again is sent once: on a retryable status
-        the response carries a report with reason ``not_replayable`` (:func:`exhaustion_report`),
-        and a retryable transport error gets a note saying why it was not retried.
-        """
-        if call.request.method not in self.methods:
-            return
-        response = call.received
-        if response is not None and response.status_code in self.retry_statuses:
+    def not_replayed(self, response: httpx.Response, started: float) -> None:
+        """Report ``not_replayable`` on a one-shot request's retryable status."""
+        if response.status_code in self.retry_statuses:
             response.extensions[REPORT_EXTENSION] = ExhaustionReport(
                 attempts=1,
                 affordable=self.policy.max_attempts(),
@@ -276,12 +192,15 @@ def _replayable(stream: object) -> bool:
     """
     if isinstance(stream, httpx.ByteStream):
         return True
-    if _MultipartStream is None or not isinstance(stream, _MultipartStream):
-        return False
+    # httpx's multipart stream is a private class: it is known by its shape, a boundary and
+    # the list of its parts, each rendered again from its start by every attempt.
     fields = getattr(stream, "fields", None)
-    if not isinstance(fields, list):  # pragma: no cover (a future httpx)
+    if not isinstance(getattr(stream, "boundary", None), bytes) or not isinstance(fields, list):
         return False
-    return all(_rewindable(getattr(field, "file", b"")) for field in fields)
+    return all(
+        callable(getattr(field, "render", None)) and _rewindable(getattr(field, "file", b""))
+        for field in fields
+    )
 
 
 def _rewindable(file: object) -> bool:
@@ -295,18 +214,6 @@ def _rewindable(file: object) -> bool:
         return seekable() is True
     except (OSError, ValueError):  # a closed file, a broken descriptor
         return False
-
-
-def _last_response(exc: BudgetExhausted) -> httpx.Response:
-    """The response of a run spent on a retryable status; re-raise ``exc`` otherwise."""
-    last = exc.last_attempt.exception() if exc.last_attempt.failed else None
-    if not isinstance(last, _RetryableStatus):
-        raise exc
-    response = last.response
-    # The run gave up on a result, not an exception: the report says so, as tenacity's own
-    # retry_if_result runs do (our _RetryableStatus is only the vehicle of the response).
-    response.extensions[REPORT_EXTENSION] = dataclasses.replace(exc.report, last_exception=None)
-    return response
 
 
 def _statuses(statuses: Iterable[int]) -> frozenset[int]:
@@ -336,41 +243,392 @@ def _methods(methods: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def _header(name: str | None) -> str | None:
-    return None if name is None else _check_header_name(name, "deadline_header")
+class _Call:
+    """One request's run: the request, whether it may be retried, its own timeouts, its
+    start, the latest response.
+
+    The latest attempt let through (:meth:`_Transport._admit`) sets ``timeout`` (seconds it
+    is given), ``end`` (the monotonic instant it must be over by) and ``binding`` (which end
+    of the run that is: ``wall_clock`` for the budget, ``deadline`` for a deadline).
+    """
+
+    __slots__ = (
+        "binding",
+        "end",
+        "received",
+        "request",
+        "retried",
+        "started",
+        "timeout",
+        "timeouts",
+    )
+
+    def __init__(self, request: httpx.Request, started: float, retried: bool) -> None:
+        self.request = request
+        # Asked before the first attempt: sending a body can replace its stream.
+        self.retried = retried
+        timeouts = request.extensions.get("timeout")
+        self.timeouts: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
+        self.started = started
+        self.received: httpx.Response | None = None
+
+    timeout: float
+    end: float
+    binding: StopReason
 
 
-class _Options:
-    """The read-only options of a transport (shared by the sync and async ones)."""
+class _Cut(Exception):
+    """An async attempt the hard stop cut at the run's end (chained from its TimeoutError)."""
 
-    _config: _Config
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(f"the attempt was cut: the run's time was up ({reason.value})")
+        self.reason = reason
+
+
+class _ResponseWait(wait_base):
+    """The policy's wait, or the ``Retry-After`` of the retryable response just received."""
+
+    def __init__(self, policy: BackoffPolicy, stop: stop_budget) -> None:
+        self.inner = policy.wait()
+        self.stop = stop
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        if outcome is None or outcome.failed or _config._testing_attempts is not None:
+            return float(self.inner(retry_state))
+        dictated = parse_retry_after(outcome.result().headers.get("Retry-After"))
+        if dictated is None:
+            return float(self.inner(retry_state))
+        # As the policy's own wait does with a dictated wait: the next jittered wait chains
+        # from it (decorrelated jitter).
+        self.stop.run_state(retry_state).previous_wait = dictated
+        return dictated
+
+
+class _AsyncBudgetStop:
+    """The policy's stop, then an awaited withdrawal from an asyncio retry budget."""
+
+    def __init__(self, first: Callable[[RetryCallState], bool], budget_stop: Any) -> None:
+        self.first = first
+        self.budget_stop = budget_stop
+
+    async def __call__(self, retry_state: RetryCallState) -> bool:
+        if self.first(retry_state):
+            return True
+        return bool(await self.budget_stop(retry_state))
+
+
+def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
+    """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
+    if left > _UNBOUNDED:
+        return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
+    get = timeouts.get
+    connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
+    own = (connect, read, write, pool)
+    if None not in own and max(cast("tuple[float, ...]", own)) <= left:
+        return timeouts  # every phase of the request's own is shorter: nothing to change
+    return {  # written out: this runs for every request
+        "connect": left if connect is None else float(min(connect, left)),
+        "read": left if read is None else float(min(read, left)),
+        "write": left if write is None else float(min(write, left)),
+        "pool": left if pool is None else float(min(pool, left)),
+    }
+
+
+def _seconds(own: Any) -> float | None:
+    return None if own is None else float(own)
+
+
+def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
+    """The request's own timeouts, with the wait for a pool slot ending before the run's end.
+
+    An async attempt is cancelled as a whole at the run's end; cancelled while it waits for
+    a connection of httpx's pool, at the moment a connection is handed to it, it would leave
+    that connection reserved for good (httpcore 1.0.9; plain httpx under ``asyncio.timeout``
+    shows it too). So the pool wait ends by httpx's own ``pool`` timeout, :data:`_POOL_LEAD`
+    (or half the time left, where less is left) before the run's end: the cancellation
+    never lands in the pool wait. The other phases are the request's own; the hard
+    deadline bounds them.
+    """
+    pool = left - min(_POOL_LEAD, left / 2)
+    own = timeouts.get("pool")
+    if own is not None and own <= pool:
+        return timeouts  # the request's own is shorter: nothing to change
+    return {**timeouts, "pool": pool}
+
+
+class _Transport:
+    """What both transports share: the options, the admission of attempts, the run's end."""
+
+    config: _Config
+    _asyncio: bool
+    _bare: bool  # the wrapped transport is httpx's own (see _frame)
+    _header: str | None
+    _statuses: frozenset[int]
+    _clamp: Callable[[dict[str, Any], float], dict[str, Any]]
+
+    def _setup(self, config: _Config) -> None:
+        self.config = config
+        self.budget = config.budget
+        policy = config.policy
+        self._max_elapsed = policy.max_elapsed
+        self._header = config.deadline_header
+        self._statuses = config.retry_statuses
+        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
+        is_async = config.budget is not None and bool(getattr(config.budget, "is_async", False))
+        if is_async and not self._asyncio:
+            raise TypeError(
+                "the retry budget is asyncio (an asyncio Redis client): use a sync "
+                "client, or AsyncBudgetTransport"
+            )
+        stop = policy.stop()
+        composed: Any = stop
+        if config.budget is not None:
+            # Asked last: a retry the policy refuses never spends the shared budget.
+            budget_stop = config.budget.stop()
+            composed = _AsyncBudgetStop(stop, budget_stop) if self._asyncio else stop | budget_stop
+        statuses = config.retry_statuses
+        kwargs: dict[str, Any] = {
+            "wait": _ResponseWait(policy, stop),
+            "stop": composed,
+            "retry": tenacity.retry_if_result(lambda response: response.status_code in statuses)
+            | tenacity.retry_if_exception(_retryable),
+            "retry_error_callback": _give_up,
+        }
+        self._controller: tenacity.BaseRetrying = (
+            tenacity.AsyncRetrying(**kwargs) if self._asyncio else tenacity.Retrying(**kwargs)
+        )
 
     @property
     def policy(self) -> BackoffPolicy:
         """The policy each request runs under."""
-        return self._config.policy
+        return self.config.policy
 
     @property
     def retry_statuses(self) -> frozenset[int]:
         """The response statuses retried."""
-        return self._config.retry_statuses
+        return self.config.retry_statuses
 
     @property
     def methods(self) -> frozenset[str]:
         """The request methods retried; any other is sent once."""
-        return self._config.methods
+        return self.config.methods
 
     @property
     def deadline_header(self) -> str | None:
         """The header carrying the time left in whole milliseconds, or ``None``."""
-        return self._config.deadline_header
+        return self.config.deadline_header
+
+    def _frame(self, timeout: float) -> AbstractContextManager[object]:
+        """The ambient frame of an attempt: :func:`remaining` inside the wrapped transport.
+
+        httpx's own transports run no code that reads it (the client's event hooks run
+        outside the transport): they get none, which saves its cost on every request.
+        """
+        return _NO_FRAME if self._bare else deadline_scope(timeout)
+
+    def _admit(self, call: _Call, first: bool) -> float:
+        """Let an attempt through: its timeouts, the deadline header; the same for every attempt.
+
+        The time left is the earliest of the run's budget end, the policy's deadline and
+        any enclosing one. A retry the run's stop admitted is always sent, with that time
+        (at least :data:`_LEAST`); only a first attempt with no time at all is not sent.
+        The request's timeouts are bounded by it (:attr:`_clamp`); the async transport
+        then arms its hard stop with it (:class:`_HardStop`).
+
+        Raises:
+            httpx.TimeoutException: for a first attempt with no time left (not sent).
+        """
+        now = time.monotonic()
+        left = call.started + self._max_elapsed - now
+        reason = StopReason.WALL_CLOCK
+        outer = remaining()
+        if outer is not None and outer <= left:
+            left, reason = outer, StopReason.DEADLINE
+        if self._deadline_ts != math.inf:
+            until = self._deadline_ts - time.time()
+            if until <= left:
+                left, reason = until, StopReason.DEADLINE
+        if left < _LEAST:
+            if first and left <= 0.0:
+                raise httpx.TimeoutException(
+                    "no time left to send the request: the run's budget or deadline is spent",
+                    request=call.request,
+                )
+            left = _LEAST
+        header = self._header
+        if header is not None:
+            call.request.headers[header] = format_timeout_ms(left)
+        call.request.extensions["timeout"] = self._clamp(call.timeouts, left)
+        call.timeout, call.end, call.binding = left, now + left, reason
+        return left
+
+    def _cut(self, call: _Call, state: RetryCallState | None, cut: _Cut) -> NoReturn:
+        """End the run of an async attempt the hard stop cut: an ``httpx.TimeoutException``
+        that is also :class:`~tenacity_budget.BudgetExhausted` (see :func:`_exhausted`),
+        from the cut's ``TimeoutError``.
+        """
+        timeout = cut.__cause__
+        assert timeout is not None
+        deadline = ambient_deadline()  # outside the attempt's frame: the enclosing deadline
+        own = self.config.policy.deadline
+        if own is not None and (deadline is None or own < deadline):
+            deadline = own
+        report = ExhaustionReport(
+            attempts=1 if state is None else state.attempt_number,
+            affordable=self.config.policy.max_attempts(),
+            slept=0.0 if state is None else state.idle_for,
+            elapsed=time.monotonic() - call.started,
+            budget=self._max_elapsed,
+            deadline=deadline,
+            reason=cut.reason,
+            last_exception=timeout,
+        )
+        attempt = tenacity.Future.construct(report.attempts, timeout, True)
+        kind = httpx.TimeoutException("the run's time was up", request=call.request)
+        raise _exhausted(kind, attempt, report) from timeout
+
+    def _once(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """The end of a run sent once (a method not retried, a body not replayable)."""
+        config = self.config
+        if isinstance(first, BaseException):
+            config.note_not_replayed(call.request, first)
+            raise first
+        if call.request.method in config.methods:
+            config.not_replayed(first, call.started)
+        return first
+
+    def _begin_retrying(self, call: _Call, first: BaseException | httpx.Response) -> Any:
+        """The tenacity state of a run whose first attempt failed (``first``)."""
+        retrying = self._controller.copy()
+        retrying.begin()
+        state = RetryCallState(retrying, fn=None, args=(), kwargs={})
+        state.start_time = call.started
+        _set_outcome(state, first)
+        return retrying, state
 
 
-class BudgetTransport(_Options, httpx.BaseTransport):
+_CANCELLED = asyncio.CancelledError
+
+
+class _HardStop:
+    """The hard stop of an async attempt: its task is cancelled when its time is up.
+
+    ``asyncio.timeout``'s rule (the cancellation leaves the block as ``TimeoutError``, unless
+    the task was cancelled by someone else too), as a plain ``with``: arming and disarming
+    a timer needs no await, and this runs for every request.
+    """
+
+    __slots__ = ("_cancelling", "_handle", "_task", "_timeout", "expired")
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._handle: asyncio.TimerHandle | None = None
+        self.expired = False
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover (httpx's async clients run in a task)
+            raise RuntimeError("an async attempt runs inside an asyncio task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        if self._timeout <= _UNBOUNDED:
+            loop = asyncio.get_running_loop()
+            self._handle = loop.call_at(loop.time() + self._timeout, self._expire)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        # uncancel() first, whatever left the block: the cancellation asked here is undone.
+        if self.expired and self._task.uncancel() <= self._cancelling and kind is _CANCELLED:
+            raise TimeoutError from exc
+
+    def _expire(self) -> None:
+        self._handle = None
+        self.expired = True
+        self._task.cancel()
+
+
+def _late(call: _Call) -> _Cut | None:
+    """A :class:`_Cut` for an async attempt that ended after its time without being cut.
+
+    A clock that jumps (the virtual clock does) lets an attempt run past its time without
+    the hard stop firing: it is as late as a cut one.
+    """
+    if time.monotonic() <= call.end:
+        return None
+    cut = _Cut(call.binding)
+    cut.__cause__ = TimeoutError("the attempt ended after the run's time was up")
+    return cut
+
+
+def _set_outcome(state: RetryCallState, outcome: BaseException | httpx.Response) -> None:
+    if isinstance(outcome, BaseException):
+        state.set_exception((type(outcome), outcome, outcome.__traceback__))
+    else:
+        state.set_result(outcome)
+
+
+def _give_up(retry_state: RetryCallState) -> httpx.Response:
+    """The end of a run the stop ended: the last response, or its transport error raised."""
+    outcome = retry_state.outcome
+    assert outcome is not None
+    report = ExhaustionReport.from_attempt(outcome)
+    if not outcome.failed:
+        response: httpx.Response = outcome.result()
+        response.extensions[REPORT_EXTENSION] = report
+        return response
+    exc = outcome.exception()
+    assert exc is not None
+    raise _exhausted(exc, outcome, report) from exc
+
+
+def _exhausted(exc: BaseException, attempt: Any, report: ExhaustionReport) -> BudgetExhausted:
+    """The error of a run spent on transport error ``exc``: of its kind, and BudgetExhausted.
+
+    An ``httpx.ConnectError`` gives an error that ``except httpx.ConnectError``,
+    ``httpx.TransportError``, ``httpx.HTTPError`` and ``BudgetExhausted`` all catch, with the
+    run's ``.report``, ``.last_attempt`` and the request of ``exc``. Its kind is the nearest
+    httpx class of ``exc`` (a transport's own subclass of one is caught by that one).
+    """
+    kind = next(
+        cls
+        for cls in type(exc).__mro__
+        if cls.__module__ == "httpx" and issubclass(cls, httpx.TransportError)
+    )
+    combined = _EXHAUSTED.get(kind)
+    if combined is None:
+        combined = _EXHAUSTED.setdefault(kind, _exhausted_kind(kind))
+    error = combined(attempt, report)
+    request = getattr(exc, "_request", None)
+    error._request = request if isinstance(request, httpx.Request) else None
+    return error
+
+
+def _exhausted_kind(kind: type[httpx.TransportError]) -> type[_Exhausted]:
+    """A class that is both ``kind`` and :class:`BudgetExhausted` (built once per kind)."""
+    name = f"BudgetExhausted[{kind.__name__}]"
+    doc = f"A budgeted run spent on an ``httpx.{kind.__name__}``: both that and BudgetExhausted."
+    # BudgetExhausted first: its __init__ and __str__; tenacity's RetryError hands the
+    # attempt on to httpx's __init__ (as the message), which sets no request.
+    return type(name, (_Exhausted, kind), {"__doc__": doc, "__module__": __name__})
+
+
+class _Exhausted(BudgetExhausted):
+    """The BudgetExhausted side of a transport's run spent on a transport error."""
+
+    _request: httpx.Request | None
+
+
+# The combined class of each kind of transport error, built on first use.
+_EXHAUSTED: dict[type[httpx.TransportError], type[_Exhausted]] = {}
+
+
+class BudgetTransport(_Transport, httpx.BaseTransport):
     """A sync httpx transport that retries each request under a :class:`BackoffPolicy`.
 
-    ``httpx.Client(transport=BudgetTransport(policy))``. What it does is described in
-    :mod:`tenacity_budget.httpx`; in short: retries on transport errors and on
+    ``httpx.Client(transport=BudgetTransport(policy))``: retries on transport errors and on
     ``retry_statuses`` for ``methods``, honours ``Retry-After``, sets every timeout phase
     of each attempt to the time left, sends that time left downstream in
     ``deadline_header``, returns the last response when the budget is spent on a status
@@ -392,6 +650,10 @@ class BudgetTransport(_Options, httpx.BaseTransport):
             included: it needs :class:`AsyncBudgetTransport`).
     """
 
+    _asyncio = False
+    # Every timeout phase bounded by the time an attempt gets: a sync call cannot be cut.
+    _clamp = staticmethod(_bounded_timeouts)
+
     def __init__(
         self,
         policy: BackoffPolicy,
@@ -406,68 +668,91 @@ class BudgetTransport(_Options, httpx.BaseTransport):
             raise TypeError(
                 f"transport must be an httpx.BaseTransport, got {type(transport).__name__}"
             )
-        self._config = _Config(policy, retry_statuses, methods, deadline_header)
+        self._setup(_Config.build(policy, retry_statuses, methods, deadline_header, budget))
         self.transport: httpx.BaseTransport = (
             transport if transport is not None else httpx.HTTPTransport()
         )
-        self.budget = budget
-        self._retried = _decorate(policy, budget, self._config, self._attempt, retried=True)
-        self._once = _decorate(policy, budget, self._config, self._attempt, retried=False)
+        self._bare = type(self.transport) is httpx.HTTPTransport
 
     def __repr__(self) -> str:
         return f"<BudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request)
-        response: httpx.Response | None = None
-        try:
-            if not self._config.retries(request):
-                started = time.monotonic()
-                try:
-                    response = self._once(call, False)
-                except BaseException as exc:
-                    self._config.note_not_replayed(request, exc)
-                    raise
-                self._config.not_replayed(call, started)
+        call = _Call(request, time.monotonic(), self.config.retries(request))
+        if self.budget is not None:
+            self.budget.deposit()
+        try:  # the first attempt, outside tenacity's loop: most runs end with it
+            timeout = self._admit(call, True)
+            if self._bare:  # see _frame
+                response = call.received = self.transport.handle_request(request)
             else:
-                try:
-                    response = self._retried(call, True)
-                except BudgetExhausted as exc:
-                    response = _last_response(exc)
-            assert response is not None
-            return response
+                with deadline_scope(timeout):
+                    response = call.received = self.transport.handle_request(request)
+        except BaseException as exc:
+            return self._settle(call, exc)
+        if response.status_code in self._statuses:
+            return self._settle(call, response)
+        return response
+
+    def _settle(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """The end of a run whose first attempt did not succeed: retried, or as it is."""
+        returned: httpx.Response | None = None
+        try:
+            if not call.retried:
+                returned = self._once(call, first)
+            elif isinstance(first, BaseException) and not _retryable(first):
+                raise first
+            else:
+                returned = self._retry(call, first)
+            return returned
         finally:
             # A response received but not handed over: the run ended otherwise (an
             # exception, an interruption between attempts).
-            if call.received is not None and call.received is not response:
+            if call.received is not None and call.received is not returned:
                 call.received.close()
 
-    def _attempt(self, call: _Call, retried: bool) -> httpx.Response:
-        previous, call.received = call.received, None
-        if previous is not None:  # the run is retrying it: discard it
-            previous.close()
-        left = self._config.time_left(call)
-        call.request.extensions["timeout"] = _bounded_timeouts(call.timeouts, left)
-        response = call.received = self.transport.handle_request(call.request)
-        return self._config.check(response, retried=retried)
+    def _retry(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """Go on with a run whose first attempt failed: tenacity's loop from the second on."""
+        retrying, state = self._begin_retrying(call, first)
+        while True:
+            do = retrying.iter(state)
+            if not isinstance(do, tenacity.DoSleep):
+                response: httpx.Response = do
+                return response
+            state.prepare_for_next_attempt()
+            retrying.sleep(do)
+            previous, call.received = call.received, None
+            if previous is not None:  # the run is retrying it: discard it
+                previous.close()
+            try:
+                with self._frame(self._admit(call, False)):
+                    call.received = self.transport.handle_request(call.request)
+            except BaseException as exc:
+                _set_outcome(state, exc)
+            else:
+                state.set_result(call.received)
 
     def close(self) -> None:
         """Close the wrapped transport."""
         self.transport.close()
 
 
-class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
+class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
     """An asyncio httpx transport that retries each request under a :class:`BackoffPolicy`.
 
     ``httpx.AsyncClient(transport=AsyncBudgetTransport(policy))``. As
     :class:`BudgetTransport` (same arguments; ``transport`` defaults to
     ``httpx.AsyncHTTPTransport()``), except that each attempt is cancelled as a whole when
-    the run's time is up (``policy.retry(hard_deadline=True)``), whatever phase it is in;
-    the run then ends with :class:`~tenacity_budget.BudgetExhausted` (reason
-    ``wall_clock`` or ``deadline``). An asyncio retry budget is welcome here. Runs under
-    asyncio (the cancellation is ``asyncio.timeout``), not trio.
+    the run's time is up, whatever phase it is in; the run then ends with
+    :class:`~tenacity_budget.BudgetExhausted` (reason ``wall_clock`` or ``deadline``). An
+    asyncio retry budget is welcome here. Runs under asyncio (the cancellation is
+    ``asyncio.timeout``), not trio.
     """
+
+    _asyncio = True
+    # The hard stop bounds the attempt; only the wait for a pool slot ends before it.
+    _clamp = staticmethod(_pool_bounded)
 
     def __init__(
         self,
@@ -483,96 +768,104 @@ class AsyncBudgetTransport(_Options, httpx.AsyncBaseTransport):
             raise TypeError(
                 f"transport must be an httpx.AsyncBaseTransport, got {type(transport).__name__}"
             )
-        self._config = _Config(policy, retry_statuses, methods, deadline_header)
+        self._setup(_Config.build(policy, retry_statuses, methods, deadline_header, budget))
         self.transport: httpx.AsyncBaseTransport = (
             transport if transport is not None else httpx.AsyncHTTPTransport()
         )
-        self.budget = budget
-        self._retried = _decorate(policy, budget, self._config, self._attempt, retried=True)
-        self._once = _decorate(policy, budget, self._config, self._attempt, retried=False)
+        self._bare = type(self.transport) is httpx.AsyncHTTPTransport
 
     def __repr__(self) -> str:
         return f"<AsyncBudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request)
-        response: httpx.Response | None = None
+        call = _Call(request, time.monotonic(), self.config.retries(request))
+        if self.budget is not None:
+            self.budget.deposit()
+        hard: _HardStop | None = None
+        try:  # the first attempt, outside tenacity's loop: most runs end with it
+            hard = _HardStop(self._admit(call, True))
+            with hard:
+                if self._bare:  # see _frame
+                    response = await self.transport.handle_async_request(request)
+                else:
+                    with deadline_scope(call.timeout):
+                        response = await self.transport.handle_async_request(request)
+        except BaseException as exc:
+            return await self._settle(call, await self._failed(call, hard, exc))
+        call.received = response
+        if time.monotonic() > call.end or response.status_code in self._statuses:
+            return await self._settle(call, _late(call) or response)
+        return response
+
+    async def _settle(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """The end of a run whose first attempt did not succeed: retried, or as it is."""
+        returned: httpx.Response | None = None
         try:
-            if not self._config.retries(request):
-                started = time.monotonic()
-                try:
-                    response = await self._once(call, False)
-                except BaseException as exc:
-                    self._config.note_not_replayed(request, exc)
-                    raise
-                self._config.not_replayed(call, started)
+            if isinstance(first, _Cut):
+                self._cut(call, None, first)
+            if not call.retried:
+                returned = self._once(call, first)
+            elif isinstance(first, BaseException) and not _retryable(first):
+                raise first
             else:
-                try:
-                    response = await self._retried(call, True)
-                except BudgetExhausted as exc:
-                    response = _last_response(exc)
-            assert response is not None
-            return response
+                returned = await self._retry(call, first)
+            return returned
         finally:
             # A response received but not handed over: the run ended otherwise (an attempt
             # that ended after the run's time was up, a cancellation in a backoff sleep).
-            if call.received is not None and call.received is not response:
+            if call.received is not None and call.received is not returned:
                 await _close_whole(call.received)
 
-    async def _attempt(self, call: _Call, retried: bool) -> httpx.Response:
+    async def _retry(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
+        """Go on with a run whose first attempt failed: tenacity's loop from the second on."""
+        retrying, state = self._begin_retrying(call, first)
+        while True:
+            do = await retrying.iter(state)
+            if not isinstance(do, tenacity.DoSleep):
+                response: httpx.Response = do
+                return response
+            state.prepare_for_next_attempt()
+            await retrying.sleep(do)
+            outcome = await self._attempt(call)
+            if isinstance(outcome, _Cut):
+                self._cut(call, state, outcome)
+            _set_outcome(state, outcome)
+
+    async def _attempt(self, call: _Call) -> BaseException | httpx.Response:
+        """A retry: its response, or what it raised (a :class:`_Cut` where it was cut)."""
+        hard: _HardStop | None = None
         previous, call.received = call.received, None
-        if previous is not None:  # the run is retrying it: discard it
-            await _close_whole(previous)
-        left = self._config.time_left(call)
-        call.request.extensions["timeout"] = _pool_bounded(call.timeouts, left)
         try:
-            response = await self.transport.handle_async_request(call.request)
-        except BaseException:
-            # Cut, timed out or failed: give back what httpcore may have left reserved.
-            await _reclaim_orphans(self.transport)
-            raise
+            hard = _HardStop(self._admit(call, False))
+            with hard:
+                if previous is not None:  # the run is retrying it: discard it
+                    await _close_whole(previous)
+                with self._frame(call.timeout):
+                    response = await self.transport.handle_async_request(call.request)
+        except BaseException as exc:
+            return await self._failed(call, hard, exc)
         call.received = response
-        return self._config.check(response, retried=retried)
+        return _late(call) or response
+
+    async def _failed(
+        self, call: _Call, hard: _HardStop | None, exc: BaseException
+    ) -> BaseException:
+        """What a failed attempt raised, a :class:`_Cut` where the hard stop cut it.
+
+        Cut, timed out or failed, the attempt may have left a slot of httpcore's pool
+        reserved: it is given back.
+        """
+        await _reclaim_orphans(self.transport)
+        if isinstance(exc, TimeoutError) and hard is not None and hard.expired:
+            cut = _Cut(call.binding)
+            cut.__cause__ = exc
+            return cut
+        return exc
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
         await self.transport.aclose()
-
-
-# A time left past this (about 31 years) bounds no socket call: Python's socket timeouts
-# overflow past about 9.2e9 s (nanoseconds in 64 bits), so the request's own timeouts apply.
-_UNBOUNDED = 1e9
-
-
-def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
-    """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
-    bounded: dict[str, float | None] = {}
-    for phase in _PHASES:
-        own = timeouts.get(phase)
-        if left > _UNBOUNDED:
-            bounded[phase] = None if own is None else float(own)
-        else:
-            bounded[phase] = left if own is None or own > left else float(own)
-    return bounded
-
-
-def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
-    """The request's own timeouts, with the wait for a pool slot ending before the run's end.
-
-    An async attempt is cancelled as a whole at the run's end; cancelled while it waits for
-    a connection of httpx's pool, at the moment a connection is handed to it, it would leave
-    that connection reserved for good (httpcore 1.0.9; plain httpx under ``asyncio.timeout``
-    shows it too). So the pool wait ends by httpx's own ``pool`` timeout, :data:`_POOL_LEAD`
-    (or half the time left, where less is left) before the run's end: the cancellation
-    never lands in the pool wait. The other phases are the request's own; the hard
-    deadline bounds them.
-    """
-    bounded = dict(timeouts)
-    pool = left - min(_POOL_LEAD, left / 2)
-    own = timeouts.get("pool")
-    bounded["pool"] = pool if own is None or own > pool else float(own)
-    return bounded
 
 
 async def _close_whole(response: httpx.Response) -> None:
@@ -623,14 +916,3 @@ async def _reclaim_orphans(transport: httpx.AsyncBaseTransport) -> None:
             connections.remove(connection)
         closing = assign()
     await asyncio.shield(close([*orphans, *closing]))
-
-
-def _decorate(
-    policy: BackoffPolicy, budget: Any, config: _Config, attempt: Any, *, retried: bool
-) -> Any:
-    """``attempt`` as a budgeted run of ``policy`` (hard deadline for a coroutine)."""
-    options: dict[str, Any] = config.retry_kwargs(retried=retried)
-    decorator: BudgetedRetry = policy.retry(
-        budget=budget, hard_deadline=inspect.iscoroutinefunction(attempt), **options
-    )
-    return decorator(attempt)

@@ -271,3 +271,4 @@ def test_a_real_server_that_refuses_connections_exhausts_the_budget() -> None:
         client.get(f"http://127.0.0.1:{port}/")
     assert isinstance(info.value.__cause__, httpx.ConnectError)
     assert info.value.report.attempts >= 2
+    assert isinstance(info.value, httpx.ConnectError)  # issue 17: both kinds at once

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import subprocess
 import sys
@@ -113,6 +114,26 @@ def test_a_success_is_sent_once_with_the_time_left(virtual_clock: VirtualClock) 
     assert virtual_clock.sleeps == []
 
 
+def test_the_wrapped_transport_sees_the_time_left_of_each_attempt(
+    virtual_clock: VirtualClock,
+) -> None:
+    # remaining() inside the wrapped transport (a handler, an app served in-process) is the
+    # time the attempt was given, as the header says.
+    server = Server(503, 200)
+    with sync_client(server) as client:
+        client.get(URL)
+    assert server.left == [12.0, 11.0]
+
+
+async def test_async_the_wrapped_transport_sees_the_time_left_of_each_attempt(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(503, 200)
+    async with async_client(server) as client:
+        await client.get(URL)
+    assert server.left == [12.0, 11.0]
+
+
 def test_retries_a_retryable_status_then_succeeds(virtual_clock: VirtualClock) -> None:
     server = Server(503, 502, 200)
     with sync_client(server) as client:
@@ -137,6 +158,31 @@ def test_every_timeout_phase_is_bounded_by_the_time_left(virtual_clock: VirtualC
         {"connect": 10.0, "read": 5.0, "write": 11.0, "pool": 11.0},
         {"connect": 9.0, "read": 5.0, "write": 9.0, "pool": 9.0},
         {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0},
+    ]
+
+
+def test_timeouts_within_the_time_left_are_the_requests_own(virtual_clock: VirtualClock) -> None:
+    server = Server(503, 200)
+    with deadline_scope(4.0), sync_client(server) as client:
+        client.get(URL, timeout=3.0)
+    # 4 s left, then 3 s: the second attempt's phases are bounded by what is left.
+    assert server.timeouts == [
+        {"connect": 3.0, "read": 3.0, "write": 3.0, "pool": 3.0},
+        {"connect": 3.0, "read": 3.0, "write": 3.0, "pool": 3.0},
+    ]
+    assert server.left == [4.0, 3.0]
+
+
+async def test_async_only_the_pool_wait_ends_before_the_time_left(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(200)
+    async with async_client(server) as client:
+        await client.get(URL, timeout=httpx.Timeout(20.0, pool=1.0))
+        await client.get(URL, timeout=20.0)
+    assert server.timeouts == [
+        {"connect": 20.0, "read": 20.0, "write": 20.0, "pool": 1.0},
+        {"connect": 20.0, "read": 20.0, "write": 20.0, "pool": 12.0 - 0.02},
     ]
 
 
@@ -256,6 +302,62 @@ def test_spent_on_a_transport_error_raises_budget_exhausted_from_it(
     assert server.bodies[0].fate == "discarded"
 
 
+@pytest.mark.parametrize(
+    "error",
+    [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.RemoteProtocolError("eh")],
+)
+def test_spent_on_a_transport_error_the_error_is_of_its_kind_and_budget_exhausted(
+    virtual_clock: VirtualClock, error: httpx.TransportError
+) -> None:
+    # Issue 17: `except httpx.HTTPError` (and the error's own kind) catches a spent run, as
+    # `except BudgetExhausted` does.
+    server = Server(error)
+    with sync_client(server) as client, pytest.raises(type(error)) as info:
+        client.get(URL)
+    exc = info.value
+    assert isinstance(exc, httpx.TransportError)
+    assert isinstance(exc, httpx.HTTPError)
+    assert isinstance(exc, BudgetExhausted)
+    assert exc.__cause__ is exc.report.last_exception
+    assert type(exc.__cause__) is type(error)
+    assert exc.last_attempt.exception() is exc.report.last_exception
+    assert exc.report.reason is StopReason.COUNT
+    assert exc.report.attempts == 5
+    assert exc.request is server.requests[-1]
+    assert str(exc).startswith("time budget exhausted (count): 5 attempts, slept ")
+    assert str(exc).endswith(f"last: {exc.report.last_exception!r}")
+    assert type(exc).__name__ == f"BudgetExhausted[{type(error).__name__}]"
+    # One class per kind, built once.
+    with sync_client(Server(error)) as client, pytest.raises(type(error)) as again:
+        client.get(URL)
+    assert type(again.value) is type(exc)
+
+
+def test_a_subclass_of_an_httpx_error_is_caught_as_its_httpx_kind(
+    virtual_clock: VirtualClock,
+) -> None:
+    class Refused(httpx.ConnectError):
+        """A transport's own kind of connection error."""
+
+    server = Server(Refused("no"))
+    with sync_client(server) as client, pytest.raises(httpx.ConnectError) as info:
+        client.get(URL)
+    assert isinstance(info.value, BudgetExhausted)
+    assert isinstance(info.value.__cause__, Refused)
+
+
+async def test_async_spent_on_a_transport_error_is_of_its_kind_and_budget_exhausted(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(httpx.ReadError("reset"))
+    async with async_client(server) as client:
+        with pytest.raises(httpx.ReadError) as info:
+            await client.get(URL)
+    assert isinstance(info.value, BudgetExhausted)
+    assert info.value.report.attempts == 5
+    assert isinstance(info.value.__cause__, httpx.ReadError)
+
+
 def test_a_transport_error_is_retried(virtual_clock: VirtualClock) -> None:
     server = Server(httpx.ReadError("reset"), httpx.ConnectTimeout("slow"), 200)
     with sync_client(server) as client:
@@ -373,6 +475,7 @@ def test_no_time_left_sends_nothing(virtual_clock: VirtualClock) -> None:
     assert server.requests == []
     assert isinstance(info.value.__cause__, httpx.TimeoutException)
     assert info.value.report.reason is StopReason.DEADLINE
+    assert isinstance(info.value, httpx.TimeoutException)  # and a BudgetExhausted
 
 
 # -- retry budget --------------------------------------------------------------------------
@@ -438,6 +541,10 @@ async def test_async_an_attempt_that_outruns_the_time_left_ends_the_run(
     assert info.value.report.reason is StopReason.WALL_CLOCK
     assert isinstance(info.value.__cause__, TimeoutError)
     assert [body.fate for body in server.bodies] == ["discarded", "discarded"]
+    # Issue 17: cut by the hard stop, the run ends with an httpx timeout as well.
+    assert isinstance(info.value, httpx.TimeoutException)
+    assert info.value.report.attempts == 2
+    assert info.value.report.last_exception is info.value.__cause__
 
 
 async def test_async_cancels_an_attempt_that_hangs() -> None:
@@ -460,6 +567,31 @@ async def test_async_cancels_an_attempt_that_hangs() -> None:
     assert info.value.report.reason is StopReason.DEADLINE
     assert info.value.report.attempts == 1
     assert isinstance(info.value.__cause__, TimeoutError)
+    assert isinstance(info.value, httpx.TimeoutException)
+    assert str(info.value).startswith("time budget exhausted (deadline): 1 attempts")
+
+
+async def test_async_a_cancellation_from_outside_an_attempt_stays_a_cancellation() -> None:
+    # The hard stop turns only its own cancellation into the end of the run.
+    entered = asyncio.Event()
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("not reached")
+
+    async with async_client(hang) as client:
+        task = asyncio.ensure_future(client.get(URL))
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        # The transport serves the next request as usual.
+        entered.clear()
+        with deadline_scope(0.02), pytest.raises(BudgetExhausted) as info:
+            await client.get(URL)
+    assert info.value.report.reason is StopReason.DEADLINE
 
 
 async def test_async_a_post_is_sent_once(virtual_clock: VirtualClock) -> None:
@@ -524,6 +656,30 @@ def test_the_signature_and_defaults(cls: type[Any]) -> None:
     assert transport.policy is POLICY
     assert transport.retry_statuses == frozenset({429, 502, 503, 504})
     assert transport.deadline_header == "X-Request-Timeout-Ms"
+
+
+@pytest.mark.parametrize("cls", [BudgetTransport, AsyncBudgetTransport])
+def test_the_options_are_one_frozen_config(cls: type[Any]) -> None:
+    budget = RetryBudget()
+    transport = cls(POLICY, methods=frozenset({"get", "Put"}), budget=budget)
+    config = transport.config
+    assert config.policy is transport.policy is POLICY
+    assert config.methods == transport.methods == frozenset({"GET", "PUT"})
+    assert config.retry_statuses == transport.retry_statuses == frozenset({429, 502, 503, 504})
+    assert config.deadline_header == transport.deadline_header == "X-Request-Timeout-Ms"
+    assert config.budget is transport.budget is budget
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.policy = POLICY
+
+
+def test_the_public_names() -> None:
+    import tenacity_budget.httpx as module
+
+    assert module.__all__ == ["AsyncBudgetTransport", "BudgetTransport", "exhaustion_report"]
+    # Still importable, as before issue 16.
+    assert module.REPORT_EXTENSION == REPORT_EXTENSION == "tenacity_budget.report"
+    assert frozenset({429, 502, 503, 504}) == module.DEFAULT_RETRY_STATUSES
+    assert frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}) == module.DEFAULT_METHODS
 
 
 def test_the_default_transports_are_httpx_own() -> None:

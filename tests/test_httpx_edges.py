@@ -13,6 +13,7 @@ import io
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted, StopReason, deadline_scope
 from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport, exhaustion_report
+from tenacity_budget.testing import virtual_clock
 from tests._servers import Stalled, receive_body, respond, serve, stalled_server
 
 POLICY = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none")
@@ -123,6 +125,7 @@ async def cut(client: httpx.AsyncClient, url: str) -> BudgetExhausted:
     with pytest.raises(BudgetExhausted) as info:
         await client.get(url)
     assert info.value.report.reason is StopReason.DEADLINE
+    assert isinstance(info.value, httpx.TimeoutException)  # issue 17: both kinds at once
     return info.value
 
 
@@ -467,3 +470,53 @@ def test_a_post_that_meets_a_refused_connection_gets_no_note() -> None:
     ):
         client.post(f"http://127.0.0.1:{_closed_port()}/", content=b"x")
     assert not getattr(caught.value, "__notes__", [])
+
+
+# -- every attempt the run's stop admits is sent ----------------------------------------------
+
+
+class Busy:
+    """A uvicorn app that answers 503 to every request and records the deadline headers."""
+
+    def __init__(self, expected: int) -> None:
+        self.headers: list[str | None] = []
+        self.expected = expected
+        self.all_seen = threading.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        found = dict(scope["headers"]).get(b"x-request-timeout-ms")
+        self.headers.append(None if found is None else found.decode())
+        if len(self.headers) == self.expected:
+            self.all_seen.set()
+        await respond(send, 503)
+
+
+def test_the_last_attempt_the_stop_admits_is_sent_even_with_nothing_left() -> None:
+    # 1 s sleeps in a 3 s budget, attempts of no (virtual) time: the stop admits 3 retries,
+    # the last one at the budget's very end. It is sent (before issue 16 the transport
+    # refused it, "no time left"), with the least timeout a socket can use (1 ms): its 503
+    # may or may not be read back within it, and either way the run ends on count.
+    policy = BackoffPolicy(base=1, cap=1, max_elapsed=3, jitter="none")
+    assert policy.max_attempts() == 3
+    app = Busy(expected=4)
+    with serve(app) as url, httpx.Client(transport=BudgetTransport(policy)) as client:
+        with virtual_clock() as clock:
+            try:
+                outcome: httpx.Response | BudgetExhausted = client.get(url)
+            except BudgetExhausted as exc:
+                outcome = exc
+        assert app.all_seen.wait(timeout=10), app.headers  # a bounded wait for the server
+    assert clock.sleeps == [1.0, 1.0, 1.0]
+    assert app.headers == ["3000", "2000", "1000", "1"]
+    if isinstance(outcome, BudgetExhausted):
+        report = outcome.report
+        assert isinstance(outcome.__cause__, httpx.ReadTimeout)
+    else:
+        assert outcome.status_code == 503
+        found = exhaustion_report(outcome)
+        assert found is not None
+        report = found
+    assert report.attempts == 4
+    assert report.reason is StopReason.COUNT
