@@ -34,7 +34,7 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
 
 from . import _config
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
-from .http import _check_header_name, format_timeout_ms, parse_retry_after
+from .http import DEADLINE_HEADER, _deadline_senders, wait_hint
 from .runtime import ambient_deadline, deadline_scope, remaining
 
 if TYPE_CHECKING:
@@ -107,8 +107,10 @@ class _Config:
         policy: the policy each request runs under.
         retry_statuses: the response statuses retried.
         methods: the request methods retried; any other is sent once.
-        deadline_header: the header carrying the time left in whole milliseconds, or ``None``.
+        deadline_header: the header carrying the time left in our format (whole
+            milliseconds), or ``None`` when none is sent in it.
         budget: the retry budget every retry draws from, or ``None``.
+        deadline_senders: each ``(header, format)`` the time left is sent with.
     """
 
     policy: BackoffPolicy
@@ -116,6 +118,7 @@ class _Config:
     methods: frozenset[str]
     deadline_header: str | None
     budget: Any
+    deadline_senders: tuple[tuple[str, Callable[[float], str]], ...] = ()
 
     @classmethod
     def build(
@@ -125,6 +128,7 @@ class _Config:
         methods: Iterable[str],
         deadline_header: str | None,
         budget: Any,
+        deadline_headers: Iterable[str] | None = None,
     ) -> _Config:
         """Validate the options (``TypeError``/``ValueError`` saying which one is wrong)."""
         from .policy import BackoffPolicy
@@ -138,12 +142,15 @@ class _Config:
                 "budget must be a retry budget (RetryBudget or RedisRetryBudget: deposit(), "
                 f"try_withdraw(), stop()), got {type(budget).__name__}"
             )
-        header = (
-            None
-            if deadline_header is None
-            else _check_header_name(deadline_header, "deadline_header")
+        senders = _deadline_senders(deadline_header, deadline_headers)
+        if deadline_headers is not None:
+            ours = DEADLINE_HEADER.lower()
+            deadline_header = next((h for h, _ in senders if h.lower() == ours), None)
+        elif senders:
+            deadline_header = senders[0][0]
+        return cls(
+            policy, _statuses(retry_statuses), _methods(methods), deadline_header, budget, senders
         )
-        return cls(policy, _statuses(retry_statuses), _methods(methods), header, budget)
 
     def retries(self, request: httpx.Request) -> bool:
         """Whether ``request`` may be sent more than once: a listed method, a replayable body.
@@ -296,7 +303,7 @@ class _ResponseWait(wait_base):
         outcome = retry_state.outcome
         if outcome is None or outcome.failed or _config._testing_attempts is not None:
             return float(self.inner(retry_state))
-        dictated = parse_retry_after(outcome.result().headers.get("Retry-After"))
+        dictated = wait_hint(outcome.result().headers)
         if dictated is None:
             return float(self.inner(retry_state))
         # As the policy's own wait does with a dictated wait: the next jittered wait chains
@@ -363,7 +370,7 @@ class _Transport:
     config: _Config
     _asyncio: bool
     _bare: bool  # the wrapped transport is httpx's own (see _frame)
-    _header: str | None
+    _senders: tuple[tuple[str, Callable[[float], str]], ...]
     _statuses: frozenset[int]
     _clamp: Callable[[dict[str, Any], float], dict[str, Any]]
 
@@ -372,7 +379,7 @@ class _Transport:
         self.budget = config.budget
         policy = config.policy
         self._max_elapsed = policy.max_elapsed
-        self._header = config.deadline_header
+        self._senders = config.deadline_senders
         self._statuses = config.retry_statuses
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         is_async = config.budget is not None and bool(getattr(config.budget, "is_async", False))
@@ -456,9 +463,10 @@ class _Transport:
                     request=call.request,
                 )
             left = _LEAST
-        header = self._header
-        if header is not None:
-            call.request.headers[header] = format_timeout_ms(left)
+        if self._senders:
+            headers = call.request.headers
+            for header, write in self._senders:
+                headers[header] = write(left)
         call.request.extensions["timeout"] = self._clamp(call.timeouts, left)
         call.timeout, call.end, call.binding = left, now + left, reason
         return left
@@ -642,6 +650,9 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
             bounded by the time left and carrying the deadline header.
         deadline_header: the header carrying the time left in whole milliseconds;
             ``None`` sends none.
+        deadline_headers: instead, the deadline dialects to send the time left in, by
+            header name (:data:`~tenacity_budget.http.DIALECTS`; ``()`` sends none), e.g.
+            ``("X-Request-Timeout-Ms", "x-envoy-upstream-rq-timeout-ms")``.
         budget: a retry budget (:class:`~tenacity_budget.RetryBudget`) every retry draws
             from, shared by the requests to one dependency.
 
@@ -663,12 +674,16 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         methods: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}),
         deadline_header: str | None = "X-Request-Timeout-Ms",
         budget: Any = None,
+        deadline_headers: Iterable[str] | None = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(
                 f"transport must be an httpx.BaseTransport, got {type(transport).__name__}"
             )
-        self._setup(_Config.build(policy, retry_statuses, methods, deadline_header, budget))
+        config = _Config.build(
+            policy, retry_statuses, methods, deadline_header, budget, deadline_headers
+        )
+        self._setup(config)
         self.transport: httpx.BaseTransport = (
             transport if transport is not None else httpx.HTTPTransport()
         )
@@ -763,12 +778,16 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         methods: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}),
         deadline_header: str | None = "X-Request-Timeout-Ms",
         budget: Any = None,
+        deadline_headers: Iterable[str] | None = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(
                 f"transport must be an httpx.AsyncBaseTransport, got {type(transport).__name__}"
             )
-        self._setup(_Config.build(policy, retry_statuses, methods, deadline_header, budget))
+        config = _Config.build(
+            policy, retry_statuses, methods, deadline_header, budget, deadline_headers
+        )
+        self._setup(config)
         self.transport: httpx.AsyncBaseTransport = (
             transport if transport is not None else httpx.AsyncHTTPTransport()
         )

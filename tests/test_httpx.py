@@ -449,6 +449,64 @@ def test_the_header_can_be_renamed_or_disabled(virtual_clock: VirtualClock) -> N
     assert HEADER not in server.requests[1].headers
 
 
+def test_deadline_headers_sends_the_time_left_in_every_dialect_chosen(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(200)
+    chosen = ("X-Request-Timeout-Ms", "x-envoy-upstream-rq-timeout-ms", "grpc-timeout")
+    with sync_client(server, deadline_headers=chosen) as client:
+        client.get(URL)
+    sent = server.requests[0].headers
+    assert sent[HEADER] == "12000"
+    assert sent["x-envoy-upstream-rq-timeout-ms"] == "12000"
+    assert sent["grpc-timeout"] == "12000000u"  # the finest unit within 8 digits
+    assert client._transport.config.deadline_header == "X-Request-Timeout-Ms"
+    with sync_client(server, deadline_headers=("grpc-timeout",)) as client:
+        client.get(URL)
+    assert HEADER not in server.requests[1].headers
+    assert client._transport.config.deadline_header is None
+    with sync_client(server, deadline_headers=()) as client:
+        client.get(URL)
+    assert not {HEADER, "grpc-timeout"} & set(server.requests[2].headers)
+
+
+async def test_async_deadline_headers_sends_every_dialect_chosen(
+    virtual_clock: VirtualClock,
+) -> None:
+    server = Server(200)
+    async with async_client(server, deadline_headers=("x-envoy-expected-rq-timeout-ms",)) as c:
+        await c.get(URL)
+    assert server.requests[0].headers["x-envoy-expected-rq-timeout-ms"] == "12000"
+    assert HEADER not in server.requests[0].headers
+
+
+@pytest.mark.parametrize("kind", [BudgetTransport, AsyncBudgetTransport])
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"deadline_header": "X-Deadline", "deadline_headers": ("grpc-timeout",)}, TypeError),
+        ({"deadline_headers": ("x-deadline",)}, ValueError),
+        ({"deadline_headers": "grpc-timeout"}, TypeError),
+    ],
+)
+def test_bad_deadline_headers_are_refused_at_construction(
+    kind: Any, options: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        kind(POLICY, **options)
+
+
+def test_retry_after_ms_headers_are_honoured(virtual_clock: VirtualClock) -> None:
+    server = Server(
+        (429, {"retry-after-ms": "1500"}),
+        (503, {"Retry-After": "4", "x-ms-retry-after-ms": "250"}),
+        200,
+    )
+    with sync_client(server) as client:
+        assert client.get(URL).status_code == 200
+    assert virtual_clock.sleeps == [1.5, 0.25]  # the smallest valid hint wins
+
+
 def test_the_header_overrides_one_the_caller_set(virtual_clock: VirtualClock) -> None:
     server = Server(200)
     with sync_client(server) as client:
@@ -644,6 +702,7 @@ def test_the_signature_and_defaults(cls: type[Any]) -> None:
         "methods",
         "deadline_header",
         "budget",
+        "deadline_headers",
     ]
     assert params["transport"].default is None
     assert params["retry_statuses"].default == frozenset({429, 502, 503, 504})
@@ -652,6 +711,7 @@ def test_the_signature_and_defaults(cls: type[Any]) -> None:
     )
     assert params["deadline_header"].default == "X-Request-Timeout-Ms"
     assert params["budget"].default is None
+    assert params["deadline_headers"].default is None
     transport = cls(POLICY)
     assert transport.policy is POLICY
     assert transport.retry_statuses == frozenset({429, 502, 503, 504})
