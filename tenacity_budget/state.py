@@ -15,13 +15,13 @@ report of a run that gave up is built in one place, :meth:`RunState.report`.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from datetime import datetime
 
 from tenacity import Future, RetryCallState
 
+from .context import Horizon
 from .exhaustion import ExhaustionReport, StopReason
 from .solver import add_compensated
 
@@ -57,10 +57,9 @@ class RunState:
         "attempts",
         "budget",
         "deadline",
-        "deadline_mono",
-        "deadline_ts",
         "decided",
         "elapsed",
+        "horizon",
         "last_end",
         "longest",
         "next_slept",
@@ -87,12 +86,10 @@ class RunState:
         self.budget = budget
         self.affordable = affordable
         self.deadline = deadline
-        # The deadline as the stop compares it, once resolved (at the run's first decision):
-        # an absolute instant is a wall-clock matter, epoch seconds against time.time();
-        # an enclosing run's budget end is a monotonic instant, against time.monotonic().
+        # The run's deadlines as one frame (its own and every enclosing one, not its budget),
+        # once the stop has resolved them: the stop asks it for the time left.
         self.resolved = False
-        self.deadline_ts = math.inf if deadline is None else deadline.timestamp()
-        self.deadline_mono = math.inf
+        self.horizon: Horizon | None = None
         self.attempts = 0
         self.observed = 0  # the attempt number of the latest observation
         self.slept = 0.0  # compensated sum of the sleeps taken: slept + slept_error

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,12 +23,14 @@ from tenacity import RetryCallState
 from tenacity.stop import stop_any, stop_base
 from tenacity.wait import wait_base
 
-from . import _config
-from ._config import check_aware, check_seed, earliest, one_generator
+from ._config import TESTING as _TESTING
+from ._validate import aware as check_aware
+from ._validate import one_generator
+from ._validate import seed as check_seed
+from .context import Horizon, current_horizon, earliest
 from .decision import decide
 from .exhaustion import StopReason
 from .jitter import jitter_for
-from .runtime import current_horizon
 from .solver import add_compensated, nominal_delay
 from .state import RECORD_ATTR as _RECORD
 from .state import RunState, begin, observe, run_state
@@ -120,7 +121,7 @@ class wait_budget(wait_base):
         # budget stop will be asked anyway, it observes, and this costs nothing.
         if not record.stop_asked_first and record.observed != retry_state.attempt_number:
             observe(retry_state, record, retry_state.upcoming_sleep)
-        if _config._testing_attempts is not None:
+        if _TESTING.attempts is not None:
             return 0.0
         if self.retry_after is not None:
             dictated = self._dictated(retry_state)
@@ -274,12 +275,13 @@ class stop_budget(stop_base):
         horizon = current_horizon()
         if horizon is not None and horizon.run is record:
             horizon = horizon.outer  # the run's own horizon is its budget, checked apart
-        if horizon is not None:
-            record.deadline_mono = horizon.mono_end
-        enclosing = horizon.deadline() if horizon is not None else None
-        own = earliest(deadline, self.policy.deadline, enclosing)
-        record.deadline_ts = own.timestamp() if own is not None else math.inf
-        record.deadline = own
+        own = earliest(deadline, self.policy.deadline)
+        wall_end = own.timestamp() if own is not None else math.inf
+        if record.horizon is None:
+            record.horizon = Horizon(horizon, wall_end=wall_end)
+        else:  # prepared by policy.retry() with its fixed deadlines: add the callable's
+            record.horizon.tighten(wall_end=wall_end)
+        record.deadline = earliest(own, horizon.deadline() if horizon is not None else None)
         if record.repair_statistics:
             record.statistics = _tenacity_statistics(retry_state)
         record.resolved = True
@@ -294,15 +296,11 @@ class stop_budget(stop_base):
         if record.observed != attempt:
             observe(retry_state, record, record.upcoming_sleep)
         sleep = record.upcoming_sleep = retry_state.upcoming_sleep
-        testing = _config._testing_attempts
+        testing = _TESTING.attempts
         if testing is not None:
             reason = StopReason.COUNT if attempt >= testing else None
         else:
-            until = math.inf
-            if record.deadline_ts != math.inf:
-                until = record.deadline_ts - time.time()
-            if record.deadline_mono != math.inf:
-                until = min(until, record.deadline_mono - time.monotonic())
+            until = record.horizon.left()  # type: ignore[union-attr]  # resolved
             longest = record.longest
             total, error = add_compensated(record.slept, record.slept_error, sleep)
             record.next_slept, record.next_slept_error = total, error
