@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 from tenacity import RetryCallState
 from tenacity.stop import stop_base
 
-from .exhaustion import StopReason
+from .decision import awithdraw, withdraw
 from .state import stopped_by
 
 if TYPE_CHECKING:
@@ -618,9 +618,10 @@ class stop_retry_budget(stop_base):
         return f"<stop_retry_budget {self.budget.name!r}>"
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        if self.budget.try_withdraw():
+        reason = withdraw(self.budget.try_withdraw)  # the decision's last check
+        if reason is None:
             return False
-        stopped_by(retry_state, StopReason.RETRY_BUDGET)
+        stopped_by(retry_state, reason)
         return True
 
 
@@ -642,9 +643,10 @@ class async_stop_retry_budget:
         return f"<async_stop_retry_budget {self.budget.name!r}>"
 
     async def __call__(self, retry_state: RetryCallState) -> bool:
-        if await self.budget.try_withdraw():
+        reason = await awithdraw(self.budget.try_withdraw)  # the decision's last check
+        if reason is None:
             return False
-        stopped_by(retry_state, StopReason.RETRY_BUDGET)
+        stopped_by(retry_state, reason)
         return True
 
     def __or__(self, other: object) -> Any:

@@ -14,13 +14,14 @@ import inspect
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import tenacity
 from tenacity import RetryCallState, RetryError
 
+from ._terms import HasTerms, terms_of
 from .context import _HORIZON as _HORIZON
 from .context import (
     Horizon,
@@ -33,13 +34,11 @@ from .context import (
     remaining,
     remaining_until,
 )
+from .decision import awithdraw, cut, cut_reason
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .solver import add_compensated
-from .state import RunState, observe_cut, prepare, run_state, tag
-
-if TYPE_CHECKING:
-    from .policy import BackoffPolicy
-    from .strategies import DeadlineSource, RetryAfter
+from .state import RunState, observe_cut, prepare, run_state, stopped_by, tag
+from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
 
 __all__ = [
     "BudgetedRetry",
@@ -75,6 +74,21 @@ class RetryObserver(Protocol):
 
     def on_exhausted(self, name: str, report: ExhaustionReport) -> None:
         """The call gave up: its budget (or another stop) ended the run."""
+
+
+def _check_options(on_exhausted: object, budget: object, hard_deadline: object) -> None:
+    """Refuse ``policy.retry()`` options of the wrong kind, at decoration."""
+    if on_exhausted is not None and not callable(on_exhausted):
+        raise TypeError("on_exhausted must be a callable taking the ExhaustionReport")
+    if budget is not None and not all(
+        callable(getattr(budget, name, None)) for name in ("deposit", "try_withdraw", "stop")
+    ):
+        raise TypeError(
+            "budget must be a retry budget (RetryBudget or RedisRetryBudget: deposit(), "
+            f"try_withdraw(), stop()), got {type(budget).__name__}"
+        )
+    if not isinstance(hard_deadline, bool):
+        raise TypeError(f"hard_deadline must be a bool, got {type(hard_deadline).__name__}")
 
 
 def _observers(stats: Any) -> tuple[RetryObserver, ...]:
@@ -115,20 +129,30 @@ class AttemptTimedOut(Exception):
 
 
 class _AsyncBudgetStop:
-    """The run's stops, then an awaited retry-budget decision (asyncio retry budgets).
+    """The run's stop, then an awaited retry-budget withdrawal (asyncio retry budgets).
 
-    tenacity's ``|`` calls stops synchronously, so an awaited withdrawal cannot be composed
-    with it; ``AsyncRetrying`` awaits a top-level async stop, which this is.
+    tenacity calls composed stops synchronously, so an awaited withdrawal cannot be one
+    of them; ``AsyncRetrying`` awaits a top-level async stop, which this is. The policy's
+    decision (:func:`~tenacity_budget.decision.decide`) comes first; the budget's last
+    check is :func:`~tenacity_budget.decision.awithdraw`, its awaited counterpart.
     """
 
-    def __init__(self, first: Any, budget_stop: Any) -> None:
+    def __init__(self, first: stop_budget, withdraw: Callable[[], Awaitable[bool]]) -> None:
         self.first = first
-        self.budget_stop = budget_stop
+        self.withdraw = withdraw
+
+    def run_state(self, retry_state: RetryCallState) -> RunState:
+        """This run's record (see :meth:`stop_budget.run_state`)."""
+        return self.first.run_state(retry_state)
 
     async def __call__(self, retry_state: RetryCallState) -> bool:
         if self.first(retry_state):
             return True
-        return bool(await self.budget_stop(retry_state))
+        reason = await awithdraw(self.withdraw)
+        if reason is None:
+            return False
+        stopped_by(retry_state, reason)
+        return True
 
 
 class BudgetedRetry:
@@ -163,7 +187,7 @@ class BudgetedRetry:
 
     def __init__(
         self,
-        policy: BackoffPolicy,
+        policy: HasTerms,
         *,
         deadline: DeadlineSource | None = None,
         rng: random.Random | None = None,
@@ -174,25 +198,16 @@ class BudgetedRetry:
         budget: Any = None,
         hard_deadline: bool = False,
         tenacity_kwargs: dict[str, Any] | None = None,
+        wait: Any = None,
+        stop: stop_budget | None = None,
     ) -> None:
-        kwargs = dict(tenacity_kwargs or {})
-        if on_exhausted is not None and not callable(on_exhausted):
-            raise TypeError("on_exhausted must be a callable taking the ExhaustionReport")
-        if budget is not None and not all(
-            callable(getattr(budget, name, None)) for name in ("deposit", "try_withdraw", "stop")
-        ):
-            raise TypeError(
-                "budget must be a retry budget (RetryBudget or RedisRetryBudget: deposit(), "
-                f"try_withdraw(), stop()), got {type(budget).__name__}"
-            )
-        if not isinstance(hard_deadline, bool):
-            raise TypeError(f"hard_deadline must be a bool, got {type(hard_deadline).__name__}")
+        _check_options(on_exhausted, budget, hard_deadline)
         self.policy = policy
+        self.terms = terms = terms_of(policy)
         self.on_exhausted = on_exhausted
         self.observers = _observers(stats)
         self.budget = budget
         self.hard_deadline = hard_deadline
-        self.stop = policy.stop(deadline=deadline)
         self._options: dict[str, Any] = {
             "deadline": deadline,
             "rng": rng,
@@ -203,53 +218,67 @@ class BudgetedRetry:
             "budget": budget,
             "hard_deadline": hard_deadline,
         }
-        self._tenacity_kwargs = dict(kwargs)
-        wait = kwargs.pop("wait", None) or policy.wait(rng=rng, seed=seed, retry_after=retry_after)
-        user_stop = kwargs.pop("stop", None)
-        stop: Any = self.stop if user_stop is None else self.stop | user_stop
+        self._tenacity_kwargs = dict(tenacity_kwargs or {})
+        kwargs = dict(self._tenacity_kwargs)
+        user_wait = kwargs.pop("wait", None)
+        if user_wait is None and wait is None:
+            wait = wait_budget(policy, rng=rng, seed=seed, retry_after=retry_after)
         self._async_budget = budget is not None and bool(getattr(budget, "is_async", False))
-        if budget is not None:
-            # Asked last: tenacity's `|` stops at the first true, so a retry the policy
-            # refuses never spends the shared budget.
-            budget_stop = budget.stop()
-            stop = _AsyncBudgetStop(stop, budget_stop) if self._async_budget else stop | budget_stop
+        self.stop = self._compose_stop(
+            stop if stop is not None else stop_budget(policy, deadline=deadline),
+            kwargs.pop("stop", None),
+        )
         if hard_deadline:
             # A cancelled attempt ends the run; it is never retried.
             retry = kwargs.pop("retry", tenacity.retry_if_exception_type())
             kwargs["retry"] = tenacity.retry_if_not_exception_type(AttemptTimedOut) & retry
+        # A fixed deadline is known before the run; a callable one needs the run's state.
+        self._deadline_callable = deadline is not None and not isinstance(deadline, datetime)
+        fixed = earliest(deadline if isinstance(deadline, datetime) else None, terms.deadline)
+        self._fixed_deadline = fixed
+        self._fixed_deadline_ts = fixed.timestamp() if fixed is not None else math.inf
+        self._retrying_kwargs = self._hooks(kwargs, user_wait or wait)
+
+    def _compose_stop(self, stop: stop_budget, user_stop: Any) -> Any:
+        """The run's one stop, in the library's order: the policy's checks, the user's
+        ``stop=``, then the retry budget (awaited for an asyncio budget)."""
+        budget = self.budget
+        grant = None if budget is None or self._async_budget else budget.try_withdraw
+        composed = stop.compose(other=user_stop, grant=grant)
+        if self._async_budget:
+            return _AsyncBudgetStop(composed, budget.try_withdraw)
+        return composed
+
+    def _hooks(self, kwargs: dict[str, Any], wait: Any) -> dict[str, Any]:
+        """tenacity's arguments with this decorator's hooks, each only where it has work:
+        hooks cost time on every attempt."""
         self._user_before = kwargs.pop("before", None)
         self._user_before_sleep = kwargs.pop("before_sleep", None)
         self._user_error_callback = kwargs.pop("retry_error_callback", None)
         self._reraise = bool(kwargs.pop("reraise", False))
         self._error_cls: type[RetryError] = kwargs.pop("retry_error_cls", BudgetExhausted)
-        # Hooks cost time on every attempt: install ours only where they have work to do.
-        # A fixed deadline is known before the run; a callable one needs the run's state.
-        self._deadline_callable = deadline is not None and not isinstance(deadline, datetime)
-        fixed = earliest(deadline if isinstance(deadline, datetime) else None, policy.deadline)
-        self._fixed_deadline = fixed
-        self._fixed_deadline_ts = fixed.timestamp() if fixed is not None else math.inf
-        self._retrying_kwargs: dict[str, Any] = {
+        retrying_kwargs: dict[str, Any] = {
             **kwargs,
             "wait": wait,
-            "stop": stop,
+            "stop": self.stop,
             "retry_error_callback": self._give_up,
         }
         if self._deadline_callable:
-            self._retrying_kwargs["before"] = self._before
+            retrying_kwargs["before"] = self._before
         elif self._user_before is not None:
-            self._retrying_kwargs["before"] = self._user_before
+            retrying_kwargs["before"] = self._user_before
         if self.observers:
-            self._retrying_kwargs["before_sleep"] = self._before_sleep
+            retrying_kwargs["before_sleep"] = self._before_sleep
         elif self._user_before_sleep is not None:
-            self._retrying_kwargs["before_sleep"] = self._user_before_sleep
+            retrying_kwargs["before_sleep"] = self._user_before_sleep
+        return retrying_kwargs
 
     # -- one call -------------------------------------------------------------------------
 
     def _begin_call(self, retrying: tenacity.BaseRetrying) -> Horizon:
         """The record and ambient frame of a call starting now (remaining() reads them)."""
-        policy = self.policy
-        record = RunState(policy.max_elapsed, policy.max_attempts())
-        record.repair_statistics = False  # this call's controller is its own copy
+        terms = self.terms
+        record = RunState(terms.budget, terms.affordable)
         prepare(retrying, record)
         if self.budget is not None:
             self.budget.deposit()
@@ -257,7 +286,7 @@ class BudgetedRetry:
         record.horizon = Horizon(outer, wall_end=self._fixed_deadline_ts)
         return Horizon(
             outer,
-            mono_end=time.monotonic() + policy.max_elapsed,
+            mono_end=time.monotonic() + terms.budget,
             wall_end=self._fixed_deadline_ts,
             run=record,
         )
@@ -419,11 +448,13 @@ class BudgetedRetry:
             assert horizon is not None
             left = horizon.left()
             if left < 0:
-                # The run's end passed after the stop admitted this attempt (its sleep ran
-                # long, the clock jumped): it is not started, not even its synchronous part.
-                # An attempt admitted at exactly the end (left == 0) is started, as decided.
-                late = TimeoutError("the run's time was up before the attempt could start")
-                raise AttemptTimedOut(_binding_end(horizon), started=False) from late
+                reason = cut(*_time_left(horizon))
+                if reason is not None:
+                    # The run's end passed after the stop admitted this attempt (its sleep
+                    # ran long, the clock jumped): it is not started, not even its
+                    # synchronous part. One admitted at exactly the end (0 left) is started.
+                    late = TimeoutError("the run's time was up before the attempt could start")
+                    raise AttemptTimedOut(reason, started=False) from late
             timeout = asyncio.timeout(None if left == math.inf else left)
             try:
                 async with timeout:
@@ -471,10 +502,14 @@ def _observe_unstarted(record: RunState, elapsed: float) -> None:
 
 
 def _binding_end(horizon: Horizon) -> StopReason:
-    """Which end ran out for a run's frame: its own budget (wall_clock) or a deadline."""
-    record = horizon.run
-    deadlines = record.horizon
-    by_deadline = deadlines.wall_end != math.inf and deadlines.wall_end - time.time() <= 0
-    if deadlines.mono_end <= horizon.mono_end:
-        by_deadline = by_deadline or deadlines.mono_end - time.monotonic() <= 0
-    return StopReason.DEADLINE if by_deadline else StopReason.WALL_CLOCK
+    """Which end ran out for a run's frame whose attempt was cut (:func:`decision.cut_reason`)."""
+    return cut_reason(*_time_left(horizon))
+
+
+def _time_left(horizon: Horizon) -> tuple[float, float, float]:
+    """The time left in a run's frame: its budget, its wall-clock and monotonic deadlines."""
+    deadlines: Horizon = horizon.run.horizon
+    mono = time.monotonic()
+    wall_left = math.inf if deadlines.wall_end == math.inf else deadlines.wall_end - time.time()
+    mono_left = math.inf if deadlines.mono_end == math.inf else deadlines.mono_end - mono
+    return horizon.mono_end - mono, wall_left, mono_left
