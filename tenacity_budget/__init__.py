@@ -34,12 +34,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .context import deadline_scope, remaining
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .logs import log_retry
 from .retry_budget import RetryBudget
-from .runtime import BudgetedRetry as BudgetedRetry  # importable, not in __all__
-from .runtime import RetryObserver as RetryObserver
-from .runtime import deadline_scope, remaining
+from .retrying import BudgetedRetry as BudgetedRetry  # importable, not in __all__
+from .retrying import RetryObserver as RetryObserver
 from .stats import RetryStats
 from .stats import RetryStatsSnapshot as RetryStatsSnapshot
 from .strategies import BudgetState, budget_state, stop_budget, wait_budget

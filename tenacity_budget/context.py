@@ -86,7 +86,7 @@ class Horizon:
             started inside it, as a context copy would have it).
     """
 
-    __slots__ = ("closed", "last", "mono_end", "outer", "run", "stale", "wall_end")
+    __slots__ = ("closed", "last", "mono_end", "outer", "run", "stale", "timer", "wall_end")
 
     mono_end: float
     wall_end: float
@@ -107,6 +107,7 @@ class Horizon:
         self.run = run
         self.last = math.inf  # the smallest value remaining() has handed out in this frame
         self.closed = self.stale = False
+        self.timer: Any = None  # a hard_deadline run's timer (an asyncio.Timeout)
 
     def __repr__(self) -> str:
         return f"<Horizon left={self.left()!r} run={self.run!r}>"

@@ -33,7 +33,7 @@ from ._validate import one_generator
 from ._validate import seed as check_seed
 from .decision import decide
 from .jitter import JitterMode, jitter_for
-from .runtime import BudgetedRetry
+from .retrying import BudgetedRetry
 from .solver import add_compensated, backoff_delays, capped_index, compute_max_attempts, total_delay
 from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
 
@@ -317,7 +317,7 @@ class BackoffPolicy(BaseModel):
         async functions. ``budget=`` draws every retry from a shared retry budget
         (:class:`~tenacity_budget.RetryBudget`); ``hard_deadline=True`` (coroutine functions
         only) cancels an attempt still running when the run's time is up. See
-        :class:`tenacity_budget.runtime.BudgetedRetry` for the options.
+        :class:`tenacity_budget.retrying.BudgetedRetry` for the options.
         """
         wait = None
         if "wait" not in tenacity_kwargs:

@@ -49,6 +49,18 @@ DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 RetryAfter: TypeAlias = Callable[[BaseException], float | None]
 """Reads a server-dictated wait (seconds) from an exception, or ``None`` to back off."""
 
+def reads_results(reader: Callable[[Any], float | None]) -> Callable[[Any], float | None]:
+    """Mark ``reader`` (a ``retry_after=``) as reading a result too, not only an exception.
+
+    The hooks see the attempt's outcome: a reader so marked is handed the failed attempt's
+    exception or, for a run retried on a result (``retry_if_result``), the result itself
+    (an HTTP response with a retryable status, say). An unmarked reader keeps receiving
+    exceptions only.
+    """
+    reader.reads_results = True  # type: ignore[attr-defined]
+    return reader
+
+
 # Where each strategy keeps its per-run object on a run's RetryCallState.
 _WAIT_RUN = "_tenacity_budget_wait"
 _STOP_RUN = "_tenacity_budget_stop"
@@ -146,13 +158,16 @@ class wait_budget(wait_base):
         return wait
 
     def _dictated(self, retry_state: RetryCallState) -> float | None:
-        assert self.retry_after is not None
+        reader: Any = self.retry_after
         outcome = retry_state.outcome
-        if outcome is None or not outcome.failed:
+        if outcome is None:
             return None
-        exc = outcome.exception()
-        assert exc is not None
-        value = self.retry_after(exc)
+        if outcome.failed:
+            value = reader(outcome.exception())
+        elif getattr(reader, "reads_results", False):  # the built-in reader: a response too
+            value = reader(outcome.result())
+        else:  # a user's own reader takes the exception, as it always has
+            return None
         if value is None:
             return None
         seconds = float(value)
