@@ -30,6 +30,7 @@ class Terms:
         attempt_duration: the estimate of one attempt's duration.
         jitter: the jitter mode.
         deadline: the policy's own absolute deadline, if any.
+        deadline_ts: that deadline in epoch seconds (``inf`` without one).
         affordable: retries the budget affords (``max_attempts()``).
         capped_index: the first retry whose nominal delay is exactly ``cap``.
         delays: the first nominal delays (up to 64 and the affordable count).
@@ -45,11 +46,7 @@ class Terms:
     affordable: int
     capped_index: int
     delays: tuple[float, ...]
-
-    @property
-    def deadline_ts(self) -> float:
-        """The policy's deadline in epoch seconds (``inf`` without one)."""
-        return math.inf if self.deadline is None else self.deadline.timestamp()
+    deadline_ts: float
 
     def delay(self, index: int) -> float:
         """The nominal delay before retry ``index`` (0: after the first attempt)."""
@@ -86,6 +83,7 @@ def terms(
         affordable,
         capped_index,
         delays,
+        math.inf if deadline is None else deadline.timestamp(),
     )
 
 

@@ -100,10 +100,15 @@ class Horizon:
         run: Any = None,
     ) -> None:
         self.outer = outer
-        self.mono_end = self.wall_end = math.inf
-        self.tighten(mono_end=mono_end, wall_end=wall_end)
+        # tighten(), twice (the given ends, then the enclosing frame's), written out: a
+        # frame is made for every run. An end that is not below inf (NaN) is no end.
+        self.mono_end = mono_end if mono_end < math.inf else math.inf
+        self.wall_end = wall_end if wall_end < math.inf else math.inf
         if outer is not None:
-            self.tighten(mono_end=outer.mono_end, wall_end=outer.wall_end)
+            if outer.mono_end < self.mono_end:
+                self.mono_end = outer.mono_end
+            if outer.wall_end < self.wall_end:
+                self.wall_end = outer.wall_end
         self.run = run
         self.last = math.inf  # the smallest value remaining() has handed out in this frame
         self.closed = self.stale = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Any
 
 from tenacity import Future, RetryCallState
 
@@ -42,6 +43,8 @@ class RunState:
     """
 
     __slots__ = (
+        "_stop",
+        "_wait",
         "affordable",
         "attempts",
         "budget",
@@ -80,6 +83,11 @@ class RunState:
         self.last_end: float | None = None
         self.upcoming_sleep = 0.0
         self.reason: StopReason | None = None
+        # The wait's and the stop's own per-run objects (what each remembers between its
+        # calls; not facts of the run). They hang here because a second attribute on
+        # tenacity's RetryCallState would de-optimise every attribute read on it.
+        self._wait: Any = None
+        self._stop: Any = None
 
     def __repr__(self) -> str:
         return (

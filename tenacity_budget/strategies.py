@@ -30,6 +30,7 @@ from ._validate import one_generator
 from ._validate import seed as check_seed
 from .context import Horizon, current_horizon, earliest
 from .decision import decide
+from .exhaustion import RECORD_ATTR
 from .jitter import jitter_for
 from .solver import add_compensated
 from .state import RunState, begin, observe, run_state
@@ -49,6 +50,7 @@ DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 RetryAfter: TypeAlias = Callable[[BaseException], float | None]
 """Reads a server-dictated wait (seconds) from an exception, or ``None`` to back off."""
 
+
 def reads_results(reader: Callable[[Any], float | None]) -> Callable[[Any], float | None]:
     """Mark ``reader`` (a ``retry_after=``) as reading a result too, not only an exception.
 
@@ -61,9 +63,9 @@ def reads_results(reader: Callable[[Any], float | None]) -> Callable[[Any], floa
     return reader
 
 
-# Where each strategy keeps its per-run object on a run's RetryCallState.
-_WAIT_RUN = "_tenacity_budget_wait"
-_STOP_RUN = "_tenacity_budget_stop"
+# Where the run's record sits on its RetryCallState (the one attribute the package adds:
+# a second would de-optimise every attribute read tenacity makes on it).
+_RECORD = RECORD_ATTR
 
 
 class _WaitRun:
@@ -128,12 +130,14 @@ class wait_budget(wait_base):
         terms = self.terms
         record = begin(retry_state, terms.budget, terms.affordable)
         rng = random.Random(self.seed) if self.seed is not None else self.rng
-        run = _WaitRun(record, not _asks_budget_first(retry_state.retry_object.stop), rng)
-        setattr(retry_state, _WAIT_RUN, run)
+        run = record._wait = _WaitRun(
+            record, not _asks_budget_first(retry_state.retry_object.stop), rng
+        )
         return run
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        run: _WaitRun | None = getattr(retry_state, _WAIT_RUN, None)
+        record: RunState | None = getattr(retry_state, _RECORD, None)
+        run: _WaitRun | None = None if record is None else record._wait
         if run is None:
             run = self._start(retry_state)
         # Asked first after every attempt (tenacity waits, then stops), before the wait of
@@ -285,6 +289,7 @@ class stop_budget(stop_base):
         self._affordable = terms.affordable
         self._budget = terms.budget
         self._duration = terms.attempt_duration
+        self._deadline_ts = terms.deadline_ts
         # Set by compose() (policy.retry): the user's stop, the retry budget's withdrawal,
         # and whether the controller is a per-call copy (no shared statistics to repair).
         self._other: Any = None
@@ -303,8 +308,10 @@ class stop_budget(stop_base):
 
     def run_state(self, retry_state: RetryCallState) -> RunState:
         """This run's record, created (and its deadline resolved) on first use."""
-        run: _StopRun | None = getattr(retry_state, _STOP_RUN, None)
-        return (run if run is not None else self._start(retry_state)).record
+        record: RunState | None = getattr(retry_state, _RECORD, None)
+        if record is None or record._stop is None:
+            record = self._start(retry_state).record
+        return record
 
     def _start(self, retry_state: RetryCallState) -> _StopRun:
         """The run's first decision: its record, and its deadlines resolved."""
@@ -315,8 +322,11 @@ class stop_budget(stop_base):
         horizon = current_horizon()
         if horizon is not None and horizon.run is record:
             horizon = horizon.outer  # the run's own horizon is its budget, checked apart
-        own = earliest(deadline, self.terms.deadline)
-        wall_end = own.timestamp() if own is not None else math.inf
+        own = self.terms.deadline
+        wall_end = self._deadline_ts
+        if deadline is not None:
+            own = earliest(deadline, own)
+            wall_end = own.timestamp()  # type: ignore[union-attr]  # not None: deadline
         if record.horizon is None:
             record.horizon = Horizon(horizon, wall_end=wall_end)
         else:  # prepared by policy.retry() with its fixed deadlines: add the callable's
@@ -325,17 +335,18 @@ class stop_budget(stop_base):
         record.resolved = True
         statistics = _tenacity_statistics(retry_state) if self._repair else None
         other = None if self._other is None else functools.partial(self._other, retry_state)
-        run = _StopRun(record, statistics, other)
-        setattr(retry_state, _STOP_RUN, run)
+        run = record._stop = _StopRun(record, statistics, other)
         return run
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         # Runs before every retry: the run by one attribute read, helpers only where
         # there is work (the first decision, an attempt the wait did not observe).
-        run: _StopRun | None = getattr(retry_state, _STOP_RUN, None)
+        record: RunState | None = getattr(retry_state, _RECORD, None)
+        run: _StopRun | None = None if record is None else record._stop
         if run is None:
             run = self._start(retry_state)
-        record = run.record
+            record = run.record
+        assert record is not None
         attempt = retry_state.attempt_number
         if record.observed != attempt:
             through = (run.slept, run.slept_error) if run.decided == attempt - 1 > 0 else None
