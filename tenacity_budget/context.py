@@ -21,7 +21,7 @@ from typing import Any
 from ._validate import aware
 from ._validate import seconds as _seconds
 
-__all__ = ["ambient_deadline", "deadline_scope", "remaining", "remaining_until"]
+__all__ = ["ambient_deadline", "remaining_until"]
 
 
 def check_aware(deadline: datetime, what: str = "deadline") -> datetime:
@@ -134,7 +134,9 @@ class Horizon:
         if self.mono_end != math.inf:
             left = self.mono_end - time.monotonic()
         if self.wall_end != math.inf:
-            left = min(left, self.wall_end - time.time())
+            wall = self.wall_end - time.time()
+            if wall < left:
+                left = wall
         return left
 
     def deadline(self) -> datetime | None:

@@ -17,7 +17,7 @@ from tenacity import RetryError
 if TYPE_CHECKING:
     from tenacity import Future
 
-__all__ = ["BudgetExhausted", "ExhaustionReport", "StopReason"]
+__all__: list[str] = []  # every public name here is the package's (tenacity_budget)
 
 RECORD_ATTR = "_tenacity_budget_run"
 """The attribute under which a run's record sits on its ``RetryCallState`` and on each

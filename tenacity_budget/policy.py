@@ -37,7 +37,7 @@ from .retrying import BudgetedRetry
 from .solver import add_compensated, backoff_delays, capped_index, compute_max_attempts, total_delay
 from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
 
-__all__ = ["BackoffPolicy"]
+__all__: list[str] = []  # every public name here is the package's (tenacity_budget)
 
 
 def _a_number(value: Any, info: ValidationInfo) -> Any:

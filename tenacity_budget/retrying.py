@@ -36,7 +36,7 @@ from .solver import add_compensated
 from .state import RunState, observe_cut, prepare, run_state, stopped_by, tag
 from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
 
-__all__ = ["BudgetedRetry", "RetryObserver"]
+__all__ = ["RetryObserver"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

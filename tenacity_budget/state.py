@@ -20,7 +20,7 @@ from .context import Horizon
 from .exhaustion import RECORD_ATTR, ExhaustionReport, StopReason
 from .solver import add_compensated
 
-__all__ = ["RunState", "run_state", "stopped_by"]
+__all__ = ["RunState", "run_state"]
 
 _ATTR = RECORD_ATTR
 

@@ -35,14 +35,7 @@ from .jitter import jitter_for
 from .solver import add_compensated
 from .state import RunState, begin, observe, run_state
 
-__all__ = [
-    "BudgetState",
-    "DeadlineSource",
-    "RetryAfter",
-    "budget_state",
-    "stop_budget",
-    "wait_budget",
-]
+__all__: list[str] = []  # every public name here is the package's (tenacity_budget)
 
 DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 """A timezone-aware deadline, or a callable reading one from the run's ``RetryCallState``."""
@@ -290,6 +283,7 @@ class stop_budget(stop_base):
         self._budget = terms.budget
         self._duration = terms.attempt_duration
         self._deadline_ts = terms.deadline_ts
+        self._frame = Horizon(None, wall_end=terms.deadline_ts)
         # Set by compose() (policy.retry): the user's stop, the retry budget's withdrawal,
         # and whether the controller is a per-call copy (no shared statistics to repair).
         self._other: Any = None
@@ -328,7 +322,10 @@ class stop_budget(stop_base):
             own = earliest(deadline, own)
             wall_end = own.timestamp()  # type: ignore[union-attr]  # not None: deadline
         if record.horizon is None:
-            record.horizon = Horizon(horizon, wall_end=wall_end)
+            # Nothing encloses the run and its deadline is the policy's: the stop's one
+            # frame of that deadline serves every such run (a frame only read, never left).
+            plain = horizon is None and deadline is None
+            record.horizon = self._frame if plain else Horizon(horizon, wall_end=wall_end)
         else:  # prepared by policy.retry() with its fixed deadlines: add the callable's
             record.horizon.tighten(wall_end=wall_end)
         record.deadline = earliest(own, horizon.deadline() if horizon is not None else None)

@@ -1,33 +1,11 @@
 """Testing toolkit: a virtual clock for budgeted retries, and a zero-wait testing mode.
 
-Two tools, for two kinds of test:
-
-* :func:`virtual_clock` (also a pytest fixture of the same name, registered by the
-  ``tenacity_budget.pytest_plugin`` entry point) freezes wall-clock and monotonic time with
-  `freezegun <https://github.com/spulec/freezegun>`_ and turns every sleep into an instant
-  jump of that frozen clock. Budgets, deadlines and :func:`~tenacity_budget.remaining`
-  behave exactly as in production, and a test that "waits" an hour runs in microseconds::
-
-      from tenacity_budget.testing import virtual_clock
-
-      def test_gives_up_within_the_budget():
-          policy = BackoffPolicy(base=1, cap=60, max_elapsed=300, jitter="full")
-
-          @policy.retry(seed=7)
-          def fetch() -> None:
-              raise OSError("down")
-
-          with virtual_clock() as clock, pytest.raises(BudgetExhausted):
-              fetch()
-          assert clock.sleeps == policy.schedule(seed=7)
-
-  It needs the ``testing`` extra (``pip install 'tenacity-budget[testing]'``, for
-  freezegun); importing this module does not, and using the clock without it raises an
-  ``ImportError`` saying so.
-
-* :func:`set_testing` and :func:`testing_mode` switch every budgeted strategy to zero-wait,
-  bounded-attempt mode, like stamina's ``set_testing``, for suites that only care that the
-  code under test retries at all. See :func:`set_testing` for the ``conftest.py`` recipe.
+:func:`virtual_clock` (also a pytest fixture, registered by ``tenacity_budget.pytest_plugin``)
+freezes the wall and monotonic clocks with freezegun (the ``testing`` extra) and turns every
+sleep into an instant jump, so budgets, deadlines and :func:`~tenacity_budget.remaining`
+behave as in production and a test that "waits" an hour runs in microseconds.
+:func:`set_testing` and :func:`testing_mode` switch every budgeted strategy to zero-wait,
+bounded-attempt mode, like stamina's ``set_testing``. See docs/testing.md.
 """
 
 from __future__ import annotations
