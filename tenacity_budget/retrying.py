@@ -227,6 +227,7 @@ class BudgetedRetry:
         fixed = earliest(deadline if isinstance(deadline, datetime) else None, terms.deadline)
         self._fixed_deadline = fixed
         self._fixed_deadline_ts = fixed.timestamp() if fixed is not None else math.inf
+        self._plain_frame = Horizon(None, wall_end=self._fixed_deadline_ts)
         self._retrying_kwargs = self._hooks(kwargs, user_wait or wait)
 
     def _compose_stop(self, stop: stop_budget, user_stop: Any) -> Any:
@@ -273,7 +274,13 @@ class BudgetedRetry:
         if self.budget is not None:
             self.budget.deposit()
         outer = current_horizon()
-        record.horizon = Horizon(outer, wall_end=self._fixed_deadline_ts)
+        # The run's frame of its deadlines: without an enclosing frame or a deadline read
+        # per call, the decorator's one frame of its fixed deadlines serves every call.
+        record.horizon = (
+            self._plain_frame
+            if outer is None and not self._deadline_callable
+            else Horizon(outer, wall_end=self._fixed_deadline_ts)
+        )
         return Horizon(
             outer,
             mono_end=time.monotonic() + terms.budget,
