@@ -453,7 +453,8 @@ class BudgetedRetry:
                 for observer in observers:
                     observer.on_call(name)
                 attrs.statistics = retrying.statistics
-                timer = horizon.timer = asyncio.timeout(None)
+                left = horizon.left()  # armed for the first attempt, which rarely moves it
+                timer = horizon.timer = asyncio.timeout(None if left == math.inf else left)
                 try:
                     async with timer:
                         result = await retrying(target, *args, **kwargs)
@@ -510,7 +511,11 @@ def _hard_attempt(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise AttemptTimedOut(reason, started=False) from late
         timer = horizon.timer
         if left != math.inf:
-            timer.reschedule(loop_time().time() + left)
+            when = loop_time().time() + left
+            armed = timer.when()
+            # Rearmed unless already set to this end (two clock readings apart at most).
+            if armed is None or not -_REARM <= when - armed <= _REARM:
+                timer.reschedule(when)
         try:
             result = await fn(*args, **kwargs)
         except asyncio.CancelledError:
@@ -527,6 +532,10 @@ def _hard_attempt(fn: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return attempt
+
+
+# An end that moved by less than this (seconds) is the same end, read from two clocks.
+_REARM = 1e-6
 
 
 def _observe_unstarted(record: RunState, elapsed: float) -> None:
