@@ -166,10 +166,12 @@ class BudgetedRetry:
             the ``TimeoutError``). A sync function cannot be interrupted safely:
             ``TypeError`` at decoration.
         tenacity_kwargs: any other ``tenacity.retry`` argument (``retry=``, ``before_sleep=``,
-            ``reraise=``, ``sleep=``, ...). A ``stop=`` is combined with the budget stop
-            (either ends the run); a ``wait=`` replaces the policy's wait, the budget stop
-            still guarding every sleep. ``retry_error_cls`` defaults to
-            :class:`BudgetExhausted`.
+            ``reraise=``, ``sleep=``, ...). A ``stop=`` is asked after the budget's own
+            checks and before the retry budget (either ends the run, reason ``other``); a
+            ``wait=`` replaces the policy's wait, the budget stop still guarding every
+            sleep. ``retry_error_cls`` defaults to :class:`BudgetExhausted`.
+        wait, stop: the policy's wait and stop, built by ``policy.retry()`` (built here
+            from ``policy`` when not given).
     """
 
     def __init__(
