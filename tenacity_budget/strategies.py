@@ -62,12 +62,15 @@ _RECORD = RECORD_ATTR
 
 
 class _WaitRun:
-    """What a wait remembers of one run: its record, randomness and whether it observes."""
+    """What a wait remembers of one run: its randomness and whether it observes.
 
-    __slots__ = ("observes", "previous", "record", "rng")
+    No reference back to the record (which holds this): a cycle would outlive the run
+    until the garbage collector finds it.
+    """
 
-    def __init__(self, record: RunState, observes: bool, rng: random.Random | None) -> None:
-        self.record = record
+    __slots__ = ("observes", "previous", "rng")
+
+    def __init__(self, observes: bool, rng: random.Random | None) -> None:
         self.observes = observes
         self.rng = rng
         self.previous = 0.0  # the previous wait (the decorrelated chain)
@@ -119,25 +122,23 @@ class wait_budget(wait_base):
     def __repr__(self) -> str:
         return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
 
-    def _start(self, retry_state: RetryCallState) -> _WaitRun:
+    def _start(self, retry_state: RetryCallState) -> RunState:
         terms = self.terms
         record = begin(retry_state, terms.budget, terms.affordable)
         rng = random.Random(self.seed) if self.seed is not None else self.rng
-        run = record._wait = _WaitRun(
-            record, not _asks_budget_first(retry_state.retry_object.stop), rng
-        )
-        return run
+        record._wait = _WaitRun(not _asks_budget_first(retry_state.retry_object.stop), rng)
+        return record
 
     def __call__(self, retry_state: RetryCallState) -> float:
         record: RunState | None = getattr(retry_state, _RECORD, None)
-        run: _WaitRun | None = None if record is None else record._wait
-        if run is None:
-            run = self._start(retry_state)
+        if record is None or record._wait is None:
+            record = self._start(retry_state)
+        run: _WaitRun = record._wait
         # Asked first after every attempt (tenacity waits, then stops), before the wait of
         # this retry replaces it: upcoming_sleep still holds the sleep just taken. Where the
         # budget stop will be asked anyway, it observes, and this costs nothing.
-        if run.observes and run.record.observed != retry_state.attempt_number:
-            observe(retry_state, run.record, retry_state.upcoming_sleep)
+        if run.observes and record.observed != retry_state.attempt_number:
+            observe(retry_state, record, retry_state.upcoming_sleep)
         if _TESTING.attempts is not None:
             return 0.0
         if self.retry_after is not None:
@@ -228,28 +229,22 @@ def budget_state(retry_state: RetryCallState) -> BudgetState | None:
 class _StopRun:
     """What a stop remembers of one run between its decisions (never a fact of the run).
 
+    No reference back to the record (which holds this), nor to the run's tenacity state:
+    a cycle would outlive the run until the garbage collector finds it.
+
     Attributes:
-        record: the run's record.
         decided: the attempt of the latest decision.
         slept, slept_error: the compensated sum through the sleep that decision allowed,
             which the next observation takes over instead of adding that sleep again.
         statistics: the shared tenacity statistics dict to repair (``None``: nothing).
-        other: the user's own stop, bound to the run (``policy.retry(stop=...)``).
     """
 
-    __slots__ = ("decided", "other", "record", "slept", "slept_error", "statistics")
+    __slots__ = ("decided", "slept", "slept_error", "statistics")
 
-    def __init__(
-        self,
-        record: RunState,
-        statistics: dict[str, object] | None,
-        other: Callable[[], bool] | None,
-    ) -> None:
-        self.record = record
+    def __init__(self, statistics: dict[str, object] | None) -> None:
         self.decided = 0
         self.slept = self.slept_error = 0.0
         self.statistics = statistics
-        self.other = other
 
 
 class stop_budget(stop_base):
@@ -304,10 +299,10 @@ class stop_budget(stop_base):
         """This run's record, created (and its deadline resolved) on first use."""
         record: RunState | None = getattr(retry_state, _RECORD, None)
         if record is None or record._stop is None:
-            record = self._start(retry_state).record
+            record = self._start(retry_state)
         return record
 
-    def _start(self, retry_state: RetryCallState) -> _StopRun:
+    def _start(self, retry_state: RetryCallState) -> RunState:
         """The run's first decision: its record, and its deadlines resolved."""
         record = begin(retry_state, self._budget, self._affordable)
         deadline = self.deadline
@@ -331,19 +326,16 @@ class stop_budget(stop_base):
         record.deadline = earliest(own, horizon.deadline() if horizon is not None else None)
         record.resolved = True
         statistics = _tenacity_statistics(retry_state) if self._repair else None
-        other = None if self._other is None else functools.partial(self._other, retry_state)
-        run = record._stop = _StopRun(record, statistics, other)
-        return run
+        record._stop = _StopRun(statistics)
+        return record
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         # Runs before every retry: the run by one attribute read, helpers only where
         # there is work (the first decision, an attempt the wait did not observe).
         record: RunState | None = getattr(retry_state, _RECORD, None)
-        run: _StopRun | None = None if record is None else record._stop
-        if run is None:
-            run = self._start(retry_state)
-            record = run.record
-        assert record is not None
+        if record is None or record._stop is None:
+            record = self._start(retry_state)
+        run: _StopRun = record._stop
         attempt = retry_state.attempt_number
         if record.observed != attempt:
             through = (run.slept, run.slept_error) if run.decided == attempt - 1 > 0 else None
@@ -364,7 +356,7 @@ class stop_budget(stop_base):
             self._budget,
             record.horizon.left(),  # type: ignore[union-attr]  # resolved by _start
             _TESTING.attempts,
-            run.other,
+            None if self._other is None else functools.partial(self._other, retry_state),
             self._grant,
         )
         stats = run.statistics
