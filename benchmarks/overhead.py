@@ -21,7 +21,7 @@ headline is the median over rounds. Separately, one call of each wait and stop s
 isolation on a prepared retry state. Target (issue 5): ours within 5% of tenacity's own
 ``wait_random_exponential + stop_after_attempt`` end to end. Run::
 
-    python -m benchmarks.overhead [--k 10] [--repeat 40] [--rounds 5] [--quick] [--profile]
+    python -m benchmarks.overhead [--k 5] [--repeat 40] [--rounds 5] [--quick] [--profile]
 
 ``--profile`` adds a cProfile breakdown of where our per-retry time goes, by function.
 """
@@ -75,7 +75,26 @@ __all__ = [
 REFERENCE = "tenacity wait_random_exponential + stop_after_attempt"
 """The candidate every ratio is taken against."""
 
-OURS = ("ours wait()+stop()", "ours policy.retry()")
+OURS = ("ours wait()+stop()", "ours policy.retry()", "ours policy.retry(budget=RetryBudget())")
+
+ASYNC_REFERENCE = "tenacity AsyncRetrying(wait_random_exponential + stop_after_attempt)"
+"""The reference of the async candidates (awaited on one event loop, as ours are)."""
+
+ASYNC_OURS = ("ours async policy.retry(hard_deadline=True)",)
+
+TARGETS = {
+    "ours wait()+stop()": 1.00,
+    "ours policy.retry()": 1.05,
+    "ours policy.retry(budget=RetryBudget())": 1.10,
+    "ours async policy.retry(hard_deadline=True)": 1.15,
+}
+"""Issue 16's per-call targets with ``k`` retries, as ratios to the reference."""
+
+FIRST_TRY_TARGETS = {
+    "ours policy.retry()": 1.10,
+    "ours async policy.retry(hard_deadline=True)": 1.30,
+}
+"""Issue 16's first-try targets (a call that succeeds at once), as ratios to the reference."""
 
 ABLATIONS = (
     "ablation: ours wait() + tenacity stop_after_attempt",
@@ -189,6 +208,11 @@ def _decorated(kind: str, fn: Callable[[], int]) -> Callable[[], int]:
         return tr.retry(wait=policy.wait(), stop=policy.stop(), sleep=noop_sleep)(fn)
     if kind == "ours policy.retry()":
         return policy.retry(sleep=noop_sleep)(fn)
+    if kind == "ours policy.retry(budget=RetryBudget())":
+        from tenacity_budget import RetryBudget
+
+        budget = RetryBudget(ratio=0, min_per_second=10**8, ttl=10)  # grants every retry
+        return policy.retry(sleep=noop_sleep, budget=budget)(fn)
     if kind == ABLATIONS[0]:
         return tr.retry(wait=policy.wait(), stop=tr.stop_after_attempt(MANY), sleep=noop_sleep)(fn)
     if kind == ABLATIONS[1]:
@@ -201,6 +225,98 @@ def _decorated(kind: str, fn: Callable[[], int]) -> Callable[[], int]:
         wait = tr.wait_random_exponential(multiplier=BASE, max=CAP)
         return tr.retry(wait=wait, stop=_DictReadingStop(MANY), sleep=noop_sleep)(fn)
     raise ValueError(f"unknown candidate {kind!r}")
+
+
+async def _async_noop_sleep(seconds: float) -> None:
+    """An awaited no-op sleep (the async candidates' ``sleep=``)."""
+
+
+def _async_decorated(kind: str, left: list[int]) -> Callable[[], Any]:
+    """A coroutine function failing while ``left[0]`` is positive, retried by ``kind``."""
+
+    async def flaky() -> int:
+        if left[0]:
+            left[0] -= 1
+            raise ValueError("transient")
+        return 1
+
+    tr = tenacity
+    if kind == ASYNC_REFERENCE:
+        retrying = tr.AsyncRetrying(
+            wait=tr.wait_random_exponential(multiplier=BASE, max=CAP),
+            stop=tr.stop_after_attempt(MANY),
+            sleep=_async_noop_sleep,
+        )
+        return lambda: retrying(flaky)
+    if kind == ASYNC_OURS[0]:
+        decorated = _policy().retry(hard_deadline=True, sleep=_async_noop_sleep)(flaky)
+        return decorated  # type: ignore[no-any-return]
+    raise ValueError(f"unknown candidate {kind!r}")
+
+
+def build_async(k: int, loop: Any) -> dict[str, Callable[[], object]]:
+    """The async candidates as zero-argument calls, each run to completion on ``loop``."""
+    candidates: dict[str, Callable[[], object]] = {}
+    for kind in (ASYNC_REFERENCE, *ASYNC_OURS):
+        left = [0]
+        start = _async_decorated(kind, left)
+
+        def call(left: list[int] = left, start: Callable[[], Any] = start) -> object:
+            left[0] = k
+            return loop.run_until_complete(start())
+
+        if call() != 1 or left[0] != 0:
+            raise RuntimeError(f"{kind} did not retry {k} times")
+        candidates[kind] = call
+    return candidates
+
+
+def _ratios(
+    rounds: list[dict[str, Timing]], names: tuple[str, ...], reference: str
+) -> dict[str, dict[str, Any]]:
+    """Each candidate's median paired ratio to ``reference`` over the rounds, and the spread."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        ratios = [paired_ratio(r[name], r[reference]) for r in rounds]
+        out[name] = {
+            "ratio": round(statistics.median(ratios), 3),
+            "spread": round(max(ratios) - min(ratios), 3),
+            "ratio_rounds": [round(r, 3) for r in ratios],
+        }
+    return out
+
+
+def run_targets(*, k: int, repeat: int, rounds: int) -> dict[str, Any]:
+    """Issue 16's targets: per call with ``k`` retries and on a first try, sync and async."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        with no_sleep(), stamina_testing():
+            sync_k, sync_0 = build_end_to_end(k), build_end_to_end(0)
+            async_k, async_0 = build_async(k, loop), build_async(0, loop)
+            picked = (REFERENCE, *OURS)
+            per_call = [interleaved({n: sync_k[n] for n in picked}, repeat=repeat)]
+            per_call_async = [interleaved(async_k, repeat=repeat)]
+            first = [interleaved({n: sync_0[n] for n in picked}, repeat=repeat)]
+            first_async = [interleaved(async_0, repeat=repeat)]
+            for _ in range(rounds - 1):
+                per_call.append(interleaved({n: sync_k[n] for n in picked}, repeat=repeat))
+                per_call_async.append(interleaved(async_k, repeat=repeat))
+                first.append(interleaved({n: sync_0[n] for n in picked}, repeat=repeat))
+                first_async.append(interleaved(async_0, repeat=repeat))
+    finally:
+        loop.close()
+    return {
+        "per_call": {
+            **_ratios(per_call, OURS, REFERENCE),
+            **_ratios(per_call_async, ASYNC_OURS, ASYNC_REFERENCE),
+        },
+        "first_try": {
+            **_ratios(first, ("ours policy.retry()",), REFERENCE),
+            **_ratios(first_async, ASYNC_OURS, ASYNC_REFERENCE),
+        },
+    }
 
 
 KINDS: tuple[str, ...] = (
@@ -402,6 +518,7 @@ def run(*, k: int, repeat: int, rounds: int = 5, profile: bool = False) -> dict[
     }
     if profiled is not None:
         result["profile"] = profiled
+    result["targets"] = run_targets(k=k, repeat=repeat, rounds=rounds)
     return result
 
 
@@ -433,6 +550,17 @@ def _print(result: dict[str, Any]) -> None:
         spread = ", ".join(f"{r:.3f}" for r in row["ratio_rounds"])
         verdict = "MET" if met else "NOT MET"
         print(f"target (within 5%): {name}: {row['ratio']:.3f}x (rounds: {spread}) -> {verdict}")
+    targets = result.get("targets")
+    if targets is not None:
+        print(f"\nissue 16 targets (median of {result['rounds']} interleaved rounds, spread):")
+        for section, limits in (("per_call", TARGETS), ("first_try", FIRST_TRY_TARGETS)):
+            for name, row in targets[section].items():
+                limit = limits.get(name)
+                verdict = "" if limit is None else ("MET" if row["ratio"] <= limit else "NOT MET")
+                print(
+                    f"  {section:<9} {name:<46} {row['ratio']:.3f}x (spread {row['spread']:.3f})"
+                    f" target <= {limit} {verdict}"
+                )
     for kind, prof in result.get("profile", {}).items():
         print(
             f"\nprofile of {kind}: {fmt_ns(prof['profiled_ns_per_retry'])} per retry under "
@@ -445,7 +573,7 @@ def _print(result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--k", type=int, default=10, help="failures before the success")
+    parser.add_argument("--k", type=int, default=5, help="failures before the success")
     parser.add_argument("--repeat", type=int, default=40, help="batches per candidate")
     parser.add_argument("--rounds", type=int, default=5, help="end-to-end comparison rounds")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no result file")

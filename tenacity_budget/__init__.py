@@ -5,28 +5,10 @@ tenacity strategies that never sleep past it::
 
     policy = BackoffPolicy(base=1, factor=2, cap=60, max_elapsed=300, jitter="full")
 
-    @retry(wait=policy.wait(), stop=policy.stop(), retry=retry_if_exception_type(IOError))
+    @policy.retry(retry=retry_if_exception_type(IOError))
     def fetch(): ...
 
-The module map, one concept each:
-
-* where a delay is computed: :mod:`~tenacity_budget.solver` (the nominal delay and the
-  budget solver, pure math) and :mod:`~tenacity_budget.jitter` (randomness);
-* the validated model: :mod:`~tenacity_budget.policy` (:class:`BackoffPolicy`);
-* the tenacity adapters: :mod:`~tenacity_budget.strategies` (``wait_budget``,
-  ``stop_budget`` and the :class:`BudgetState` view);
-* where a run stops: :mod:`~tenacity_budget.decision` (``decide()``, the one decision);
-* where a run's state lives: :mod:`~tenacity_budget.state` (``RunState``, ``run_state()``);
-* run-time context: :mod:`~tenacity_budget.runtime` (:func:`remaining`,
-  :func:`deadline_scope`, ``policy.retry()``);
-* what a run reports: :mod:`~tenacity_budget.exhaustion`; retry budgets across calls:
-  :mod:`~tenacity_budget.retry_budget`;
-* integrations, each importing its extra lazily: ``celery``, ``redis``, ``http``,
-  ``httpx``, ``asgi``, ``prometheus``, ``otel``, ``breaker``, ``testing``.
-
-The math and jitter functions (``compute_max_attempts``, ``full_jitter``, ...) are
-documented and exported by :mod:`tenacity_budget.solver` and :mod:`tenacity_budget.jitter`;
-they stay importable from here for existing code.
+docs/concepts.md maps the modules, one concept each, and where each rule lives.
 """
 
 from __future__ import annotations
@@ -34,12 +16,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .context import deadline_scope, remaining
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .logs import log_retry
 from .retry_budget import RetryBudget
-from .runtime import BudgetedRetry as BudgetedRetry  # importable, not in __all__
-from .runtime import RetryObserver as RetryObserver
-from .runtime import deadline_scope, remaining
+from .retrying import BudgetedRetry as BudgetedRetry  # importable, not in __all__
+from .retrying import RetryObserver as RetryObserver
 from .stats import RetryStats
 from .stats import RetryStatsSnapshot as RetryStatsSnapshot
 from .strategies import BudgetState, budget_state, stop_budget, wait_budget

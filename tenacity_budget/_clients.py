@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .context import remaining
 from .exhaustion import BudgetExhausted
-from .runtime import remaining
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy

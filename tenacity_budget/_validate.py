@@ -24,25 +24,28 @@ def seconds(value: object, what: str, *, allow_inf: bool = False, positive: bool
         ValueError: for NaN, a negative number (0 too with ``positive``), ``inf`` without
             ``allow_inf``, or a number beyond float range.
     """
-    if type(value) is not float:
-        if type(value) is not int and (
-            isinstance(value, bool | str | bytes) or not hasattr(value, "__float__")
-        ):
-            raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
-        try:
-            value = float(value)
-        except OverflowError:
-            if allow_inf and value > 0:  # type: ignore[operator]
-                return _INF  # beyond any clock: none
-            raise ValueError(
-                f"{what} must be a finite number of seconds, got a number beyond float range"
-            ) from None
-    assert isinstance(value, float)
-    if (0.0 < value < _INF) or (value == 0.0 and not positive) or (value == _INF and allow_inf):
-        return value
+    number = value if type(value) is float else _as_float(value, what, allow_inf)
+    if (0.0 < number < _INF) or (number == 0.0 and not positive) or (number == _INF and allow_inf):
+        return number
     least = "> 0" if positive else ">= 0"
     kind = "a number of seconds" if allow_inf else "a finite number of seconds"
-    raise ValueError(f"{what} must be {kind} {least}, got {value!r}")
+    raise ValueError(f"{what} must be {kind} {least}, got {number!r}")
+
+
+def _as_float(value: object, what: str, allow_inf: bool) -> float:
+    """A number that is not a float, as one (past float range: ``inf`` if allowed)."""
+    if type(value) is not int and (
+        isinstance(value, bool | str | bytes) or not hasattr(value, "__float__")
+    ):
+        raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        if allow_inf and value > 0:  # type: ignore[operator]
+            return _INF  # beyond any clock: none
+        raise ValueError(
+            f"{what} must be a finite number of seconds, got a number beyond float range"
+        ) from None
 
 
 def aware(value: object, what: str = "deadline") -> datetime:
@@ -81,3 +84,9 @@ def seed(value: object) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise TypeError(f"seed must be an int or None, got {type(value).__name__}")
     return value
+
+
+def one_generator(seed: object, rng: object) -> None:
+    """Refuse ``seed=`` and ``rng=`` together (one message for every place that takes both)."""
+    if seed is not None and rng is not None:
+        raise ValueError("pass rng= (one shared generator) or seed= (one per run), not both")

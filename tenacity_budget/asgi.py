@@ -16,8 +16,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any, TypeAlias
 
+from .context import deadline_scope
 from .http import DEADLINE_HEADER, DIALECTS, _check_header_name, _dialect, parse_timeout_ms
-from .runtime import deadline_scope
 
 __all__ = ["DeadlineMiddleware"]
 

@@ -1,21 +1,9 @@
 """The ``tenacity-budget`` command: ``plan`` prints a policy's retry schedule.
 
-Usage::
-
-    tenacity-budget plan                     # the design notes' example policy
-    tenacity-budget plan --max-elapsed 2592000 --cap 60 --seed 7
-    tenacity-budget plan --attempt-duration 5 --jitter none
-    tenacity-budget plan --jitter none --json
-    python -m tenacity_budget plan --help
-
-Every figure of a row counts what the solver counts: with ``--attempt-duration``, the
-cumulative columns and the budget share include ``attempt_duration`` for each call so far
-(the first call included), exactly as the footer's total does, and the header says so.
-Sums are exact (rational) before they are rounded for display, so no row of an affordable
-retry is ever shown above 100% of the budget.
-
-Any bad input (a non-number, NaN, infinity, a value out of range, a policy the budget
-cannot afford) exits with status 2 and a one-line message on stderr, never a traceback.
+Usage: ``tenacity-budget plan [--base ...] [--max-elapsed ...] [--seed 7] [--json]`` (also
+``python -m tenacity_budget plan --help``). Every figure counts what the solver counts
+(``attempt_duration`` per call included), sums are exact before they are rounded, and a
+bad input exits with status 2 and a one-line message. See docs/getting-started.md.
 """
 
 from __future__ import annotations
@@ -36,7 +24,7 @@ from pydantic import ValidationError
 from .jitter import jitter_bounds
 from .policy import BackoffPolicy
 
-__all__ = ["PlanRow", "main", "plan_rows"]
+__all__: list[str] = []  # a command (main, the console entry point), not an API
 
 _DEFAULTS: dict[str, Any] = {
     "base": 1.0,

@@ -1,15 +1,16 @@
 """Where a run stops: the one decision "may this run make another attempt?".
 
-:func:`decide` is a pure function of plain numbers: every place that decides whether a
-budgeted run retries (the tenacity stop, the Celery integration, any stop added later)
-measures what it knows (the sleeps summed with :func:`~tenacity_budget.solver.add_compensated`),
-then asks it. Nothing here reads a clock, touches tenacity or keeps state, so the rule is
-tested on numbers alone.
+:func:`decide` is a pure function of one observation (plain numbers, plus the testing
+bound, the user's own stop and the retry budget, asked last): every place that decides
+whether a budgeted run retries asks it, and :func:`cut` says why a hard-deadline attempt
+is cut off. Nothing here reads a clock, touches tenacity or keeps state, so the rules are
+tested on numbers alone. The checks are listed once, in docs/concepts.md.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 
 from .exhaustion import StopReason
 
@@ -30,46 +31,79 @@ def decide(
     next_attempt: float,
     budget: float,
     until_deadline: float,
+    testing: int | None = None,
+    other: Callable[[], bool] | None = None,
+    grant: Callable[[], bool] | None = None,
 ) -> StopReason | None:
     """Why the run must stop before its next attempt, or ``None`` to let it retry.
 
-    The checks, in order; the first that holds is the reason:
-
-    1. ``count``: ``attempts`` (calls made so far) exceeds the ``affordable`` retries;
-    2. ``sleep_budget``: the upcoming ``sleep`` is not a finite number (NaN or infinite:
-       it could never be slept), or the sleeps so far plus it (``slept_through``) would
-       exceed ``budget``;
-    3. ``wall_clock``: ``elapsed`` (since the first attempt began) plus the sleep plus the
-       ``next_attempt`` estimate would exceed ``budget`` (by more than the rounding of
-       two clock readings, ``budget * 2**-50``, so an exact fill keeps its last retry);
-    4. ``deadline``: the sleep plus the next attempt would take longer than the
-       ``until_deadline`` seconds left before the earliest deadline.
+    The checks, in order (the first that holds is the reason; docs/concepts.md states
+    them): ``count`` (``attempts`` past ``affordable``, or past ``testing`` in testing
+    mode, which replaces the next three), ``sleep_budget`` (a non-finite ``sleep``, or
+    ``slept_through`` past ``budget``), ``wall_clock`` (``elapsed`` plus the sleep and
+    ``next_attempt`` past ``budget``, beyond the rounding of two clock readings),
+    ``deadline`` (the sleep and next attempt past ``until_deadline``), ``other`` (the
+    user's own stop, asked only then) and ``retry_budget`` (``grant``, a retry budget's
+    withdrawal, asked last: a retry refused before never spends the shared budget).
 
     Args:
         attempts: calls made so far, the one that just failed included.
         affordable: retries the budget affords (the solver's ``max_attempts()``).
         sleep: the sleep about to be taken.
-        slept_through: seconds slept so far plus ``sleep``, as a compensated sum
-            (``total + error`` of :func:`~tenacity_budget.solver.add_compensated`), so a
-            schedule that exactly fills the budget is not refused its last retry for
-            float drift.
+        slept_through: seconds slept so far plus ``sleep``, as a compensated sum.
         elapsed: seconds from the start of the first attempt to now.
         next_attempt: the estimated duration of the next attempt.
         budget: the run's ``max_elapsed``.
         until_deadline: seconds from now to the earliest deadline (``inf``: none).
+        testing: the testing mode's attempt bound (``None``: off).
+        other: another stop of the run; true ends it (reason ``other``).
+        grant: a retry budget's withdrawal; false ends the run (``retry_budget``).
 
-    Every argument is required and may be passed by position: this runs before every
-    retry, and a call by keyword costs measurably more there.
+    Every argument may be passed by position: this runs before every retry.
     """
-    if attempts > affordable:
+    if testing is not None:
+        if attempts >= testing:
+            return StopReason.COUNT
+    elif attempts > affordable:
         return StopReason.COUNT
-    if not -_INF < sleep < _INF:  # NaN fails every comparison
+    elif not -_INF < sleep < _INF or slept_through > budget:  # NaN fails every comparison
         return StopReason.SLEEP_BUDGET
-    if slept_through > budget:
-        return StopReason.SLEEP_BUDGET
-    need = sleep + next_attempt
-    if elapsed + need > budget + budget * _READING:
-        return StopReason.WALL_CLOCK
-    if need > until_deadline:
+    else:
+        need = sleep + next_attempt
+        if elapsed + need > budget + budget * _READING:
+            return StopReason.WALL_CLOCK
+        if need > until_deadline:
+            return StopReason.DEADLINE
+    if other is not None and other():
+        return StopReason.OTHER
+    return None if grant is None else withdraw(grant)
+
+
+def withdraw(grant: Callable[[], bool]) -> StopReason | None:
+    """The last check: ``retry_budget`` when the retry budget refuses the retry."""
+    return None if grant() else StopReason.RETRY_BUDGET
+
+
+async def awithdraw(grant: Callable[[], Awaitable[bool]]) -> StopReason | None:
+    """:func:`withdraw` for an asyncio retry budget (its withdrawal is awaited)."""
+    return None if await grant() else StopReason.RETRY_BUDGET
+
+
+def cut(budget_left: float, wall_left: float, mono_left: float) -> StopReason | None:
+    """Whether an attempt of a ``hard_deadline`` run is cut, and why, from the time left.
+
+    ``budget_left`` is the time left in the run's own budget, ``wall_left`` and
+    ``mono_left`` until its deadlines on the wall and monotonic clocks (``inf``: none).
+    ``None`` while none has run out; ``deadline`` when a deadline ran out (an enclosing
+    monotonic end only if it came no later than the budget's), else ``wall_clock``.
+    """
+    if budget_left >= 0 and wall_left >= 0 and mono_left >= 0:
+        return None
+    return cut_reason(budget_left, wall_left, mono_left)
+
+
+def cut_reason(budget_left: float, wall_left: float, mono_left: float) -> StopReason:
+    """Which end ran out for an attempt cut off (its timer expired): see :func:`cut`."""
+    if wall_left <= 0 or (mono_left <= 0 and mono_left <= budget_left):
         return StopReason.DEADLINE
-    return None
+    return StopReason.WALL_CLOCK

@@ -10,14 +10,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenacity import RetryError
 
 if TYPE_CHECKING:
     from tenacity import Future
 
-__all__ = ["BudgetExhausted", "ExhaustionReport", "StopReason"]
+__all__: list[str] = []  # every public name here is the package's (tenacity_budget)
+
+RECORD_ATTR = "_tenacity_budget_run"
+"""The attribute under which a run's record sits on its ``RetryCallState`` and on each
+attempt's ``Future`` (what tenacity hands ``BudgetExhausted``, with nothing else of the
+run). Read it with :func:`tenacity_budget.state.run_state`."""
 
 
 class StopReason(enum.StrEnum):
@@ -53,6 +58,22 @@ def _headline(reason: StopReason) -> str:
         return f"not retried ({reason.value}): the request body cannot be sent again"
     spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
     return f"{spent} exhausted ({reason.value})"
+
+
+class _Run(Protocol):
+    """The facts of a run a report is made of (a :class:`~tenacity_budget.state.RunState`)."""
+
+    attempts: int
+    affordable: int | None
+    elapsed: float
+    budget: float | None
+    deadline: datetime | None
+    reason: StopReason | None
+
+    @property
+    def total_slept(self) -> float:
+        """Seconds slept so far."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,16 +120,28 @@ class ExhaustionReport:
         }
 
     @classmethod
+    def of_run(cls, run: _Run, last_exception: BaseException | None) -> ExhaustionReport:
+        """The report of ``run`` (a run's record) as it stands: the one place it is built."""
+        return cls(
+            attempts=run.attempts,
+            affordable=run.affordable,
+            slept=run.total_slept,
+            elapsed=run.elapsed,
+            budget=run.budget,
+            deadline=run.deadline,
+            reason=run.reason if run.reason is not None else StopReason.OTHER,
+            last_exception=last_exception,
+        )
+
+    @classmethod
     def from_attempt(cls, last_attempt: Future) -> ExhaustionReport:
         """Build the report from the last attempt of a run (what tenacity hands its errors)."""
-        from .state import RunState, run_state  # the record module imports this one
-
         exc = last_attempt.exception() if last_attempt.done() else None
-        record = run_state(last_attempt)
-        if record is None:  # no budget took part in the run
-            record = RunState()
-            record.attempts = last_attempt.attempt_number
-        return record.report(exc)
+        run: _Run | None = getattr(last_attempt, RECORD_ATTR, None)
+        if run is not None:
+            return cls.of_run(run, exc)
+        # No budget took part in the run: only the count is known.
+        return cls(last_attempt.attempt_number, None, 0.0, 0.0, None, None, StopReason.OTHER, exc)
 
 
 class BudgetExhausted(RetryError):

@@ -19,7 +19,7 @@ from email.utils import parsedate_to_datetime
 from fractions import Fraction
 from types import MappingProxyType
 
-from ._config import check_aware
+from .context import check_aware
 
 # DEADLINE_HEADER, format_timeout_ms and parse_timeout_ms stay importable from here (the
 # codec of our own dialect, DIALECTS["x-request-timeout-ms"], is made of the two functions).

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import tenacity
 from tenacity import RetryCallState
-from tenacity.wait import wait_base
 
 try:
     import httpx
@@ -32,14 +31,13 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
-from . import _config
+from .context import ambient_deadline, deadline_scope, remaining
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .http import DEADLINE_HEADER, _deadline_senders, wait_hint
-from .runtime import ambient_deadline, deadline_scope, remaining
+from .strategies import reads_results
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
-    from .strategies import stop_budget
 
 __all__ = ["AsyncBudgetTransport", "BudgetTransport", "exhaustion_report"]
 
@@ -292,24 +290,14 @@ class _Cut(Exception):
         self.reason = reason
 
 
-class _ResponseWait(wait_base):
-    """The policy's wait, or the ``Retry-After`` of the retryable response just received."""
+@reads_results
+def _response_hint(outcome: object) -> float | None:
+    """The wait a retryable response's headers dictate (``Retry-After``, ...), or ``None``.
 
-    def __init__(self, policy: BackoffPolicy, stop: stop_budget) -> None:
-        self.inner = policy.wait()
-        self.stop = stop
-
-    def __call__(self, retry_state: RetryCallState) -> float:
-        outcome = retry_state.outcome
-        if outcome is None or outcome.failed or _config._testing_attempts is not None:
-            return float(self.inner(retry_state))
-        dictated = wait_hint(outcome.result().headers)
-        if dictated is None:
-            return float(self.inner(retry_state))
-        # As the policy's own wait does with a dictated wait: the next jittered wait chains
-        # from it (decorrelated jitter).
-        self.stop.run_state(retry_state).previous_wait = dictated
-        return dictated
+    The policy's wait hands it the attempt's outcome: a response retried for its status, or
+    a transport error, which dictates nothing.
+    """
+    return wait_hint(outcome.headers) if isinstance(outcome, httpx.Response) else None
 
 
 class _AsyncBudgetStop:
@@ -396,7 +384,7 @@ class _Transport:
             composed = _AsyncBudgetStop(stop, budget_stop) if self._asyncio else stop | budget_stop
         statuses = config.retry_statuses
         kwargs: dict[str, Any] = {
-            "wait": _ResponseWait(policy, stop),
+            "wait": policy.wait(retry_after=_response_hint),
             "stop": composed,
             "retry": tenacity.retry_if_result(lambda response: response.status_code in statuses)
             | tenacity.retry_if_exception(_retryable),

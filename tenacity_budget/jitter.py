@@ -13,16 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Literal, TypeAlias
 
-__all__ = [
-    "Jitter",
-    "JitterMode",
-    "apply_jitter",
-    "decorrelated_jitter",
-    "equal_jitter",
-    "full_jitter",
-    "jitter_bounds",
-    "jitter_for",
-]
+__all__: list[str] = []  # its names are importable here and (lazily) from tenacity_budget
 
 JitterMode: TypeAlias = Literal["none", "full", "equal", "decorrelated"]
 """The jitter modes a :class:`~tenacity_budget.BackoffPolicy` accepts."""

@@ -1,37 +1,12 @@
 """Logging retries: :func:`log_retry`, a ``before_sleep`` hook for the stdlib :mod:`logging`.
 
 One line per retry says which function failed, on which attempt, with what, how long the
-run will sleep, and how the run stands against its budget::
+run will sleep and how it stands against its budget::
 
     policy.retry(before_sleep=log_retry(logging.getLogger("billing")))
 
-    # Retrying app.fetch in 1.200 s: attempt 2 raised ConnectionError('reset');
-    #   budget 3.400 s used, 25.400 s left; 3 retries left
-
-The same values travel as ``extra=`` fields on the :class:`logging.LogRecord`, so a
-structured (JSON) handler gets them as keys. Every field is always present, ``None`` when
-it does not apply:
-
-========================== =====================================================================
-``retry_fn``               the function's name (``retry_state.get_fn_name()``: module.qualname)
-``retry_attempt``          the attempt that just failed (1 for the first call)
-``retry_exception``        ``repr()`` of that attempt's exception, ``None`` for a result
-``retry_exception_type``   the exception's class, ``module.QualName``; ``None`` for a result
-``retry_result``           ``repr()`` of the returned value when retrying on a result, else ``None``
-``retry_sleep``            seconds the run is about to sleep
-``retry_slept``            seconds slept before this sleep
-``retry_elapsed``          budget used: seconds since the first attempt began
-``retry_budget``           the policy's ``max_elapsed``
-``retry_budget_left``      seconds of budget left after this sleep
-``retry_affordable``       retries the budget affords in all (``policy.max_attempts()``)
-``retry_retries_left``     retries still affordable after the one about to be made
-``retry_deadline``         the run's absolute deadline (ISO 8601), if any
-========================== =====================================================================
-
-The budget figures come from :func:`tenacity_budget.budget_state`; in a run without a
-budget stop (plain tenacity strategies) ``retry_budget``, ``retry_budget_left``,
-``retry_affordable``, ``retry_retries_left`` and ``retry_deadline`` are ``None``, the line
-says ``no budget``, and ``retry_elapsed`` is tenacity's own time since the first attempt.
+The same values travel as ``extra=`` fields on the record (:data:`EXTRA_FIELDS`, each
+always present, ``None`` where it does not apply); docs/observability.md describes each.
 """
 
 from __future__ import annotations
@@ -44,7 +19,7 @@ from tenacity import RetryCallState
 
 from .strategies import budget_state
 
-__all__ = ["DEFAULT_LOGGER_NAME", "EXTRA_FIELDS", "log_retry", "retry_fields"]
+__all__ = ["retry_fields"]
 
 DEFAULT_LOGGER_NAME = "tenacity_budget"
 """The logger :func:`log_retry` writes to when given none."""
@@ -73,39 +48,56 @@ def retry_fields(retry_state: RetryCallState) -> dict[str, Any]:
     Keys are :data:`EXTRA_FIELDS`. Useful on its own for a hook writing to another sink
     (structlog, an event bus).
     """
+    return {
+        "retry_fn": retry_state.get_fn_name(),
+        "retry_attempt": retry_state.attempt_number,
+        **_outcome_fields(retry_state),
+        "retry_sleep": float(retry_state.upcoming_sleep),
+        # tenacity adds the upcoming sleep to idle_for just before calling before_sleep
+        "retry_slept": max(0.0, float(retry_state.idle_for - retry_state.upcoming_sleep)),
+        **_budget_fields(retry_state),
+    }
+
+
+def _outcome_fields(retry_state: RetryCallState) -> dict[str, Any]:
+    """The failed attempt's exception (its ``repr`` and class) or returned value."""
     exception: BaseException | None = None
-    result: Any = None
+    result: str | None = None
     outcome = retry_state.outcome
-    has_result = False
     if outcome is not None:
         if outcome.failed:
             exception = outcome.exception()
         else:
-            has_result = True
-            result = outcome.result()
-    state = budget_state(retry_state)
-    exc_type = type(exception) if exception is not None else None
+            result = repr(outcome.result())
+    if exception is None:
+        return {"retry_exception": None, "retry_exception_type": None, "retry_result": result}
+    kind = type(exception)
     return {
-        "retry_fn": retry_state.get_fn_name(),
-        "retry_attempt": retry_state.attempt_number,
-        "retry_exception": repr(exception) if exception is not None else None,
-        "retry_exception_type": (
-            f"{exc_type.__module__}.{exc_type.__qualname__}" if exc_type is not None else None
-        ),
-        "retry_result": repr(result) if has_result else None,
-        "retry_sleep": float(retry_state.upcoming_sleep),
-        # tenacity adds the upcoming sleep to idle_for just before calling before_sleep
-        "retry_slept": max(0.0, float(retry_state.idle_for - retry_state.upcoming_sleep)),
-        "retry_elapsed": (
-            state.elapsed if state is not None else _seconds_since_start(retry_state)
-        ),
-        "retry_budget": state.budget if state is not None else None,
-        "retry_budget_left": state.budget_left if state is not None else None,
-        "retry_affordable": state.affordable if state is not None else None,
-        "retry_retries_left": state.retries_left if state is not None else None,
-        "retry_deadline": (
-            state.deadline.isoformat() if state is not None and state.deadline else None
-        ),
+        "retry_exception": repr(exception),
+        "retry_exception_type": f"{kind.__module__}.{kind.__qualname__}",
+        "retry_result": None,
+    }
+
+
+def _budget_fields(retry_state: RetryCallState) -> dict[str, Any]:
+    """How the run stands against its budget (``None`` each without a budget stop)."""
+    state = budget_state(retry_state)
+    if state is None:
+        return {
+            "retry_elapsed": _seconds_since_start(retry_state),
+            "retry_budget": None,
+            "retry_budget_left": None,
+            "retry_affordable": None,
+            "retry_retries_left": None,
+            "retry_deadline": None,
+        }
+    return {
+        "retry_elapsed": state.elapsed,
+        "retry_budget": state.budget,
+        "retry_budget_left": state.budget_left,
+        "retry_affordable": state.affordable,
+        "retry_retries_left": state.retries_left,
+        "retry_deadline": state.deadline.isoformat() if state.deadline else None,
     }
 
 

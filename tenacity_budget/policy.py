@@ -8,10 +8,11 @@ many retries its budget affords and hands out tenacity strategies that enforce i
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import (
     AwareDatetime,
@@ -26,15 +27,17 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from ._config import check_aware, check_seed, one_generator
+from ._terms import Terms, terms
+from ._validate import aware as check_aware
+from ._validate import one_generator
+from ._validate import seed as check_seed
+from .decision import decide
 from .jitter import JitterMode, jitter_for
+from .retrying import BudgetedRetry
 from .solver import add_compensated, backoff_delays, capped_index, compute_max_attempts, total_delay
 from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
 
-if TYPE_CHECKING:
-    from .runtime import BudgetedRetry
-
-__all__ = ["BackoffPolicy"]
+__all__: list[str] = []  # every public name here is the package's (tenacity_budget)
 
 
 def _a_number(value: Any, info: ValidationInfo) -> Any:
@@ -130,6 +133,7 @@ class BackoffPolicy(BaseModel):
 
     _max_attempts: int = PrivateAttr(default=0)
     _capped_index: int = PrivateAttr(default=0)
+    _terms: Terms | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _budget_admits_a_retry(self, info: ValidationInfo) -> Self:
@@ -160,6 +164,17 @@ class BackoffPolicy(BaseModel):
             )
         self._max_attempts = affordable
         self._capped_index = capped_index(self.base, self.factor, self.cap)
+        self._terms = terms(
+            self.base,
+            self.factor,
+            self.cap,
+            self.max_elapsed,
+            self.attempt_duration,
+            self.jitter,
+            self.deadline,
+            affordable,
+            self._capped_index,
+        )
         return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
@@ -174,6 +189,13 @@ class BackoffPolicy(BaseModel):
         return self.model_validate({**self.model_dump(), **update})
 
     # -- derived figures ------------------------------------------------------------------
+
+    @property
+    def terms(self) -> Terms:
+        """The policy's figures as one frozen record of plain numbers (what the adapters
+        read), computed once at construction."""
+        assert self._terms is not None  # set by the validator
+        return self._terms
 
     def max_attempts(self) -> int:
         """Retries the budget affords (computed once, in constant time).
@@ -204,14 +226,15 @@ class BackoffPolicy(BaseModel):
         (compensated) running total of the sleeps past ``max_elapsed``.
         """
         total = error = previous = 0.0
-        limit = self.max_elapsed
+        limit, affordable, base = self.max_elapsed, self._max_attempts, self.base
         jitter = jitter_for(self.jitter)
-        for delay in self.nominal_delays():
-            wait = jitter(delay, previous, self.base, rng)
-            # The stop's sleep check, with the stop's compensated arithmetic. (The attempts'
-            # own time is already in the count, decided exactly by the solver.)
+        inf = math.inf
+        for attempt, delay in enumerate(self.nominal_delays(), 1):
+            wait = jitter(delay, previous, base, rng)
+            # The stop's decision, with the stop's compensated arithmetic, for attempts that
+            # take no time (their own time is already in the count, decided by the solver).
             next_total, next_error = add_compensated(total, error, wait)
-            if next_total + next_error > limit:
+            if decide(attempt, affordable, wait, next_total + next_error, 0.0, 0.0, limit, inf):
                 return
             total, error = next_total, next_error
             previous = wait
@@ -294,10 +317,11 @@ class BackoffPolicy(BaseModel):
         async functions. ``budget=`` draws every retry from a shared retry budget
         (:class:`~tenacity_budget.RetryBudget`); ``hard_deadline=True`` (coroutine functions
         only) cancels an attempt still running when the run's time is up. See
-        :class:`tenacity_budget.runtime.BudgetedRetry` for the options.
+        :class:`tenacity_budget.retrying.BudgetedRetry` for the options.
         """
-        from .runtime import BudgetedRetry
-
+        wait = None
+        if "wait" not in tenacity_kwargs:
+            wait = wait_budget(self, rng=rng, seed=seed, retry_after=retry_after)
         return BudgetedRetry(
             self,
             deadline=deadline,
@@ -309,6 +333,8 @@ class BackoffPolicy(BaseModel):
             budget=budget,
             hard_deadline=hard_deadline,
             tenacity_kwargs=tenacity_kwargs,
+            wait=wait,
+            stop=stop_budget(self, deadline=deadline),
         )
 
     # -- construction helpers -------------------------------------------------------------

@@ -24,9 +24,9 @@ except ImportError as exc:  # a missing extra, named at import
     ) from exc
 
 from ._clients import RetryableStatus, exhausted, first_time_left
+from .context import deadline_scope, remaining
 from .exhaustion import BudgetExhausted
 from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
-from .runtime import deadline_scope, remaining
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy

@@ -31,7 +31,7 @@ from tenacity.stop import stop_base
 # un-awaited coroutine for an async one), as typing's does on Python 3.11.
 from typing_extensions import Protocol, runtime_checkable
 
-from .exhaustion import StopReason
+from .decision import awithdraw, withdraw
 from .instrumentation._protocols import BudgetObserver as BudgetObserver
 from .state import stopped_by
 
@@ -661,9 +661,10 @@ class stop_retry_budget(stop_base):
         return f"<stop_retry_budget {self.budget.name!r}>"
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        if self.budget.try_withdraw():
+        reason = withdraw(self.budget.try_withdraw)  # the decision's last check
+        if reason is None:
             return False
-        stopped_by(retry_state, StopReason.RETRY_BUDGET)
+        stopped_by(retry_state, reason)
         return True
 
 
@@ -685,9 +686,10 @@ class async_stop_retry_budget:
         return f"<async_stop_retry_budget {self.budget.name!r}>"
 
     async def __call__(self, retry_state: RetryCallState) -> bool:
-        if await self.budget.try_withdraw():
+        reason = await awithdraw(self.budget.try_withdraw)  # the decision's last check
+        if reason is None:
             return False
-        stopped_by(retry_state, StopReason.RETRY_BUDGET)
+        stopped_by(retry_state, reason)
         return True
 
     def __or__(self, other: object) -> Any:

@@ -1,37 +1,27 @@
-"""Where a run's state lives: one typed record per budgeted run, and how to reach it.
+"""Where a run's state lives: one typed record of facts per budgeted run, and how to reach it.
 
-Every budgeted run (a tenacity run with :meth:`BackoffPolicy.wait` or
-:meth:`BackoffPolicy.stop` in it, a ``policy.retry()`` call, a Celery task run) has exactly
-one :class:`RunState`. It holds what the run has measured (attempts, the compensated sum of
-its sleeps, elapsed time, its longest attempt), the budget it runs under, the per-run
-randomness of its wait, and why it stopped. The one documented way to reach it is
-:func:`run_state`, from tenacity's ``RetryCallState`` (in any tenacity hook) or from the
-last attempt's ``Future`` (what tenacity hands ``retry_error_cls``).
-
-The record is filled by :func:`observe`, called by the package's strategies before they
-decide anything; the decision itself is :func:`tenacity_budget.decision.decide`, and the
-report of a run that gave up is built in one place, :meth:`RunState.report`.
+Every budgeted run (a tenacity run with :meth:`BackoffPolicy.wait` or :meth:`BackoffPolicy.stop`
+in it, a ``policy.retry()`` call, a Celery task run) has exactly one :class:`RunState`: what
+the run has measured, the budget it runs under, its deadlines and why it stopped. Reach it
+with :func:`run_state`. It is filled by :func:`observe`, before the strategies ask
+:func:`~tenacity_budget.decision.decide`; what a strategy remembers between its decisions
+lives in its own per-run object. See docs/concepts.md.
 """
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from datetime import datetime
+from typing import Any
 
 from tenacity import Future, RetryCallState
 
-from .exhaustion import ExhaustionReport, StopReason
+from .context import Horizon
+from .exhaustion import RECORD_ATTR, ExhaustionReport, StopReason
 from .solver import add_compensated
 
-__all__ = ["RunState", "begin", "observe", "observe_cut", "run_state", "stopped_by"]
+__all__ = ["RunState", "run_state"]
 
-RECORD_ATTR = "_tenacity_budget_run"
-"""The attribute under which the record sits on a run's ``RetryCallState`` and on each
-attempt's ``Future``. One name for both: a Future is what tenacity hands
-``BudgetExhausted``, with nothing else of the run, so the record travels on it. Read it
-with :func:`run_state`; the strategies read it directly on their per-retry path."""
 _ATTR = RECORD_ATTR
 
 
@@ -53,28 +43,21 @@ class RunState:
     """
 
     __slots__ = (
+        "_stop",
+        "_wait",
         "affordable",
         "attempts",
         "budget",
         "deadline",
-        "deadline_mono",
-        "deadline_ts",
-        "decided",
         "elapsed",
+        "horizon",
         "last_end",
         "longest",
-        "next_slept",
-        "next_slept_error",
         "observed",
-        "previous_wait",
         "reason",
-        "repair_statistics",
         "resolved",
-        "rng",
         "slept",
         "slept_error",
-        "statistics",
-        "stop_asked_first",
         "upcoming_sleep",
     )
 
@@ -87,37 +70,24 @@ class RunState:
         self.budget = budget
         self.affordable = affordable
         self.deadline = deadline
-        # The deadline as the stop compares it, once resolved (at the run's first decision):
-        # an absolute instant is a wall-clock matter, epoch seconds against time.time();
-        # an enclosing run's budget end is a monotonic instant, against time.monotonic().
+        # The run's deadlines as one frame (its own and every enclosing one, not its budget),
+        # once the stop has resolved them: the stop asks it for the time left.
         self.resolved = False
-        self.deadline_ts = math.inf if deadline is None else deadline.timestamp()
-        self.deadline_mono = math.inf
+        self.horizon: Horizon | None = None
         self.attempts = 0
         self.observed = 0  # the attempt number of the latest observation
         self.slept = 0.0  # compensated sum of the sleeps taken: slept + slept_error
         self.slept_error = 0.0
-        # The latest decision: its attempt, and the sum through the sleep it allowed (which
-        # the next observation takes over instead of adding that sleep again).
-        self.decided = 0
-        self.next_slept = self.next_slept_error = 0.0
         self.elapsed = 0.0
         self.longest = 0.0
         self.last_end: float | None = None
         self.upcoming_sleep = 0.0
         self.reason: StopReason | None = None
-        # The wait's per-run randomness: its own generator (seeded runs) and the previous
-        # wait (the decorrelated chain).
-        self.rng: random.Random | None = None
-        self.previous_wait = 0.0
-        # Whether the run's controller may share tenacity's statistics dict with concurrent
-        # runs (plain @retry, jd/tenacity#701); policy.retry() gives each call its own.
-        self.repair_statistics = True
-        # That shared dict, found once per run (None: nothing to repair).
-        self.statistics: dict[str, object] | None = None
-        # Whether the run's tenacity stop asks the budget stop before any other, so that it
-        # observes every attempt itself (the wait need not).
-        self.stop_asked_first = False
+        # The wait's and the stop's own per-run objects (what each remembers between its
+        # calls; not facts of the run). They hang here because a second attribute on
+        # tenacity's RetryCallState would de-optimise every attribute read on it.
+        self._wait: Any = None
+        self._stop: Any = None
 
     def __repr__(self) -> str:
         return (
@@ -131,17 +101,8 @@ class RunState:
         return self.slept + self.slept_error
 
     def report(self, last_exception: BaseException | None) -> ExhaustionReport:
-        """The report of this run, as it stands (the one place a report is built)."""
-        return ExhaustionReport(
-            attempts=self.attempts,
-            affordable=self.affordable,
-            slept=self.total_slept,
-            elapsed=self.elapsed,
-            budget=self.budget,
-            deadline=self.deadline,
-            reason=self.reason if self.reason is not None else StopReason.OTHER,
-            last_exception=last_exception,
-        )
+        """The report of this run, as it stands (:meth:`ExhaustionReport.of_run`)."""
+        return ExhaustionReport.of_run(self, last_exception)
 
 
 def run_state(source: RetryCallState | Future) -> RunState | None:
@@ -180,14 +141,20 @@ def begin(retry_state: RetryCallState, budget: float, affordable: int) -> RunSta
     return record
 
 
-def observe(retry_state: RetryCallState, record: RunState, previous_sleep: float) -> None:
+def observe(
+    retry_state: RetryCallState,
+    record: RunState,
+    previous_sleep: float,
+    through: tuple[float, float] | None = None,
+) -> None:
     """Bring ``record`` up to date with the attempt that just ended, once per attempt.
 
     Called by each of the package's strategies before it decides; the first one asked
     after an attempt measures it and the others find it measured. ``previous_sleep`` is
-    the sleep taken before this attempt, as the caller knows it exactly; when earlier
-    attempts went unobserved (a budget stop on the right of ``&``, say), the sleeps are
-    read from tenacity's own (uncompensated) total instead.
+    the sleep taken before this attempt, as the caller knows it exactly, and ``through``
+    the compensated sum through it when the caller already computed it (its decision
+    did); when earlier attempts went unobserved (a budget stop on the right of ``&``,
+    say), the sleeps are read from tenacity's own (uncompensated) total instead.
 
     Every duration is a difference of tenacity's own monotonic readings (attempt ends and
     the run's start), so they share one clock whatever patches time in tests.
@@ -205,9 +172,8 @@ def observe(retry_state: RetryCallState, record: RunState, previous_sleep: float
         took = end - retry_state.start_time if last_end is None else end - last_end - previous_sleep
         if took > record.longest:
             record.longest = took
-        if record.decided == attempt - 1 and attempt > 1:
-            # The decision before this attempt already summed the sleep it allowed.
-            record.slept, record.slept_error = record.next_slept, record.next_slept_error
+        if through is not None:
+            record.slept, record.slept_error = through
         else:
             record.slept, record.slept_error = add_compensated(
                 record.slept, record.slept_error, previous_sleep

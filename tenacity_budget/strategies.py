@@ -1,50 +1,41 @@
 """Tenacity adapters: the wait and stop strategies a :class:`BackoffPolicy` hands out.
 
-:class:`wait_budget` and :class:`stop_budget` are ordinary tenacity strategies (subclasses
-of ``wait_base`` and ``stop_base``), so ``+``, ``|`` and ``&`` compose them with any other.
-Neither computes anything itself: the delay is :func:`~tenacity_budget.solver.nominal_delay`,
-the randomness :func:`~tenacity_budget.jitter.jitter_for`, the decision
-:func:`~tenacity_budget.decision.decide`. What they remember about a run lives in its one
-:class:`~tenacity_budget.state.RunState`, so one strategy object serves any number of
-concurrent runs, in threads or tasks, and nothing outlives a run. :class:`BudgetState` is
-the read-only view of that record for hooks.
+:class:`wait_budget` and :class:`stop_budget` are ordinary tenacity strategies, so ``+``,
+``|`` and ``&`` compose them with any other. They read the policy's frozen terms
+(``_terms.Terms``), compute nothing themselves (the delay is the solver's, the randomness
+:mod:`~tenacity_budget.jitter`'s, the decision :func:`~tenacity_budget.decision.decide`'s)
+and keep what they remember of a run in per-run objects on tenacity's ``RetryCallState``,
+so one strategy object serves any number of concurrent runs. :class:`BudgetState` is the
+read-only view of a run's record for hooks. See docs/concepts.md.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeAlias
+from typing import Any, TypeAlias
 
 from tenacity import RetryCallState
 from tenacity.stop import stop_any, stop_base
 from tenacity.wait import wait_base
 
-from . import _config
-from ._config import check_aware, check_seed, earliest, one_generator
+from ._config import TESTING as _TESTING
+from ._terms import HasTerms, Terms, terms_of
+from ._validate import aware as check_aware
+from ._validate import one_generator
+from ._validate import seed as check_seed
+from .context import Horizon, current_horizon, earliest
 from .decision import decide
-from .exhaustion import StopReason
+from .exhaustion import RECORD_ATTR
 from .jitter import jitter_for
-from .runtime import current_horizon
-from .solver import add_compensated, nominal_delay
-from .state import RECORD_ATTR as _RECORD
+from .solver import add_compensated
 from .state import RunState, begin, observe, run_state
 
-if TYPE_CHECKING:
-    from .policy import BackoffPolicy
-
-__all__ = [
-    "BudgetState",
-    "DeadlineSource",
-    "RetryAfter",
-    "budget_state",
-    "stop_budget",
-    "wait_budget",
-]
+__all__: list[str] = []  # every public name here is the package's (tenacity_budget)
 
 DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 """A timezone-aware deadline, or a callable reading one from the run's ``RetryCallState``."""
@@ -52,8 +43,37 @@ DeadlineSource: TypeAlias = datetime | Callable[[RetryCallState], datetime]
 RetryAfter: TypeAlias = Callable[[BaseException], float | None]
 """Reads a server-dictated wait (seconds) from an exception, or ``None`` to back off."""
 
-# How many of the first nominal delays a wait keeps in a table (a few hundred bytes).
-_TABLED = 64
+
+def reads_results(reader: Callable[[Any], float | None]) -> Callable[[Any], float | None]:
+    """Mark ``reader`` (a ``retry_after=``) as reading a result too, not only an exception.
+
+    The hooks see the attempt's outcome: a reader so marked is handed the failed attempt's
+    exception or, for a run retried on a result (``retry_if_result``), the result itself
+    (an HTTP response with a retryable status, say). An unmarked reader keeps receiving
+    exceptions only.
+    """
+    reader.reads_results = True  # type: ignore[attr-defined]
+    return reader
+
+
+# Where the run's record sits on its RetryCallState (the one attribute the package adds:
+# a second would de-optimise every attribute read tenacity makes on it).
+_RECORD = RECORD_ATTR
+
+
+class _WaitRun:
+    """What a wait remembers of one run: its randomness and whether it observes.
+
+    No reference back to the record (which holds this): a cycle would outlive the run
+    until the garbage collector finds it.
+    """
+
+    __slots__ = ("observes", "previous", "rng")
+
+    def __init__(self, observes: bool, rng: random.Random | None) -> None:
+        self.observes = observes
+        self.rng = rng
+        self.previous = 0.0  # the previous wait (the decorrelated chain)
 
 
 class wait_budget(wait_base):
@@ -77,7 +97,7 @@ class wait_budget(wait_base):
 
     def __init__(
         self,
-        policy: BackoffPolicy,
+        policy: HasTerms | Terms,
         *,
         rng: random.Random | None = None,
         seed: int | None = None,
@@ -93,66 +113,59 @@ class wait_budget(wait_base):
         self.rng = rng
         self.seed = seed
         self.retry_after = retry_after
-        self._base = policy.base
-        self._factor = policy.factor
-        self._cap = policy.cap
-        self._budget = policy.max_elapsed
-        self._capped_from = policy.capped_index()
-        self._affordable = policy.max_attempts()
-        # The first nominal delays, from the one formula, looked up on the per-retry path.
-        self._delays = tuple(
-            nominal_delay(i, self._base, self._factor, self._cap)
-            for i in range(min(self._capped_from, self._affordable, _TABLED))
-        )
-        self._drawn = policy.jitter != "none"
-        self._jitter = jitter_for(policy.jitter)
+        terms = self.terms = terms_of(policy)
+        self._affordable = terms.affordable
+        self._delays = terms.delays
+        self._drawn = terms.jitter != "none"
+        self._jitter = jitter_for(terms.jitter)
 
     def __repr__(self) -> str:
         return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
 
+    def _start(self, retry_state: RetryCallState) -> RunState:
+        terms = self.terms
+        record = begin(retry_state, terms.budget, terms.affordable)
+        rng = random.Random(self.seed) if self.seed is not None else self.rng
+        record._wait = _WaitRun(not _asks_budget_first(retry_state.retry_object.stop), rng)
+        return record
+
     def __call__(self, retry_state: RetryCallState) -> float:
         record: RunState | None = getattr(retry_state, _RECORD, None)
-        if record is None:
-            record = begin(retry_state, self._budget, self._affordable)
-            record.stop_asked_first = _asks_budget_first(retry_state.retry_object.stop)
+        if record is None or record._wait is None:
+            record = self._start(retry_state)
+        run: _WaitRun = record._wait
         # Asked first after every attempt (tenacity waits, then stops), before the wait of
         # this retry replaces it: upcoming_sleep still holds the sleep just taken. Where the
         # budget stop will be asked anyway, it observes, and this costs nothing.
-        if not record.stop_asked_first and record.observed != retry_state.attempt_number:
+        if run.observes and record.observed != retry_state.attempt_number:
             observe(retry_state, record, retry_state.upcoming_sleep)
-        if _config._testing_attempts is not None:
+        if _TESTING.attempts is not None:
             return 0.0
         if self.retry_after is not None:
             dictated = self._dictated(retry_state)
             if dictated is not None:
-                record.previous_wait = dictated
+                run.previous = dictated
                 return dictated
         index = retry_state.attempt_number - 1
-        if index < len(self._delays):
-            delay = self._delays[index]
-        elif index >= self._capped_from:
-            delay = self._cap
-        else:
-            delay = nominal_delay(index, self._base, self._factor, self._cap)
+        delay = self._delays[index] if index < len(self._delays) else self.terms.delay(index)
         if not self._drawn or index >= self._affordable:
             # Past the affordable retries the budget stop ends the run anyway: draw nothing,
             # so a shared generator's stream stays exactly policy.waits() run after run.
             return delay
-        rng = record.rng
-        if rng is None:
-            rng = record.rng = random.Random(self.seed) if self.seed is not None else self.rng
-        wait = self._jitter(delay, record.previous_wait, self._base, rng)
-        record.previous_wait = wait
+        wait = run.previous = self._jitter(delay, run.previous, self.terms.base, run.rng)
         return wait
 
     def _dictated(self, retry_state: RetryCallState) -> float | None:
-        assert self.retry_after is not None
+        reader: Any = self.retry_after
         outcome = retry_state.outcome
-        if outcome is None or not outcome.failed:
+        if outcome is None:
             return None
-        exc = outcome.exception()
-        assert exc is not None
-        value = self.retry_after(exc)
+        if outcome.failed:
+            value = reader(outcome.exception())
+        elif getattr(reader, "reads_results", False):  # the built-in reader: a response too
+            value = reader(outcome.result())
+        else:  # a user's own reader takes the exception, as it always has
+            return None
         if value is None:
             return None
         seconds = float(value)
@@ -213,27 +226,35 @@ def budget_state(retry_state: RetryCallState) -> BudgetState | None:
     )
 
 
+class _StopRun:
+    """What a stop remembers of one run between its decisions (never a fact of the run).
+
+    No reference back to the record (which holds this), nor to the run's tenacity state:
+    a cycle would outlive the run until the garbage collector finds it.
+
+    Attributes:
+        decided: the attempt of the latest decision.
+        slept, slept_error: the compensated sum through the sleep that decision allowed,
+            which the next observation takes over instead of adding that sleep again.
+        statistics: the shared tenacity statistics dict to repair (``None``: nothing).
+    """
+
+    __slots__ = ("decided", "slept", "slept_error", "statistics")
+
+    def __init__(self, statistics: dict[str, object] | None) -> None:
+        self.decided = 0
+        self.slept = self.slept_error = 0.0
+        self.statistics = statistics
+
+
 class stop_budget(stop_base):
     """Stop before a retry the budget cannot afford.
 
     Build it with :meth:`BackoffPolicy.stop`. Before each retry it measures the attempt
-    that just ended (:func:`~tenacity_budget.state.observe`) and asks the one decision
-    function, :func:`~tenacity_budget.decision.decide`, which stops the run when any of
-    these holds, in this order (the first is the report's ``reason``):
-
-    1. ``count``: the run has made every retry the budget affords (``max_attempts()``);
-    2. ``sleep_budget``: the upcoming sleep is NaN or infinite, or the total slept plus it
-       would exceed ``max_elapsed`` (this also bounds composed waits such as
-       ``policy.wait() + wait_fixed(1)``);
-    3. ``wall_clock``: time from the start of the first attempt to the end of the last one,
-       plus the upcoming sleep, plus the estimated next attempt would exceed ``max_elapsed``
-       (monotonic clock);
-    4. ``deadline``: now plus the upcoming sleep plus the estimated next attempt would be
-       after the deadline: the call's, the policy's, or an enclosing one (a
-       :func:`~tenacity_budget.deadline_scope`, or the run whose attempt this run is in).
-
-    The next attempt is estimated as the larger of the policy's ``attempt_duration`` and
-    the longest attempt seen so far in this run.
+    that just ended and asks the one decision, :func:`~tenacity_budget.decision.decide`
+    (its checks, in order, are listed in docs/concepts.md: count, sleep budget, wall
+    clock, deadline). The next attempt is estimated as the larger of the policy's
+    ``attempt_duration`` and the longest attempt seen so far in this run.
 
     Args:
         policy: the policy whose budget to enforce.
@@ -242,7 +263,7 @@ class stop_budget(stop_base):
             A policy with a ``deadline`` of its own respects the earlier of the two.
     """
 
-    def __init__(self, policy: BackoffPolicy, *, deadline: DeadlineSource | None = None) -> None:
+    def __init__(self, policy: HasTerms | Terms, *, deadline: DeadlineSource | None = None) -> None:
         if isinstance(deadline, datetime):
             check_aware(deadline)
         elif deadline is not None and not callable(deadline):
@@ -252,75 +273,95 @@ class stop_budget(stop_base):
             )
         self.policy = policy
         self.deadline = deadline
-        self._max_attempts = policy.max_attempts()
-        self._max_elapsed = policy.max_elapsed
-        self._duration = policy.attempt_duration
+        terms = self.terms = terms_of(policy)
+        self._affordable = terms.affordable
+        self._budget = terms.budget
+        self._duration = terms.attempt_duration
+        self._deadline_ts = terms.deadline_ts
+        self._frame = Horizon(None, wall_end=terms.deadline_ts)
+        # Set by compose() (policy.retry): the user's stop, the retry budget's withdrawal,
+        # and whether the controller is a per-call copy (no shared statistics to repair).
+        self._other: Any = None
+        self._grant: Callable[[], bool] | None = None
+        self._repair = True
 
     def __repr__(self) -> str:
         return f"<stop_budget {self.policy!r} deadline={self.deadline!r}>"
 
+    def compose(self, other: Any = None, grant: Callable[[], bool] | None = None) -> stop_budget:
+        """This stop for ``policy.retry()``: ``other`` asked after the budget's checks, then
+        ``grant`` (a retry budget's withdrawal) last, by :func:`decide` itself."""
+        stop = stop_budget(self.policy, deadline=self.deadline)
+        stop._other, stop._grant, stop._repair = other, grant, False
+        return stop
+
     def run_state(self, retry_state: RetryCallState) -> RunState:
         """This run's record, created (and its deadline resolved) on first use."""
-        record = begin(retry_state, self._max_elapsed, self._max_attempts)
-        if not record.resolved:
-            self._resolve(retry_state, record)
+        record: RunState | None = getattr(retry_state, _RECORD, None)
+        if record is None or record._stop is None:
+            record = self._start(retry_state)
         return record
 
-    def _resolve(self, retry_state: RetryCallState, record: RunState) -> None:
-        """Fix the run's deadline: its own, its policy's and any enclosing one."""
+    def _start(self, retry_state: RetryCallState) -> RunState:
+        """The run's first decision: its record, and its deadlines resolved."""
+        record = begin(retry_state, self._budget, self._affordable)
         deadline = self.deadline
         if deadline is not None and not isinstance(deadline, datetime):
             deadline = check_aware(deadline(retry_state), "the deadline callable's result")
         horizon = current_horizon()
         if horizon is not None and horizon.run is record:
             horizon = horizon.outer  # the run's own horizon is its budget, checked apart
-        if horizon is not None:
-            record.deadline_mono = horizon.mono_end
-        enclosing = horizon.deadline() if horizon is not None else None
-        own = earliest(deadline, self.policy.deadline, enclosing)
-        record.deadline_ts = own.timestamp() if own is not None else math.inf
-        record.deadline = own
-        if record.repair_statistics:
-            record.statistics = _tenacity_statistics(retry_state)
+        own = self.terms.deadline
+        wall_end = self._deadline_ts
+        if deadline is not None:
+            own = earliest(deadline, own)
+            wall_end = own.timestamp()  # type: ignore[union-attr]  # not None: deadline
+        if record.horizon is None:
+            # Nothing encloses the run and its deadline is the policy's: the stop's one
+            # frame of that deadline serves every such run (a frame only read, never left).
+            plain = horizon is None and deadline is None
+            record.horizon = self._frame if plain else Horizon(horizon, wall_end=wall_end)
+        else:  # prepared by policy.retry() with its fixed deadlines: add the callable's
+            record.horizon.tighten(wall_end=wall_end)
+        record.deadline = earliest(own, horizon.deadline() if horizon is not None else None)
         record.resolved = True
+        statistics = _tenacity_statistics(retry_state) if self._repair else None
+        record._stop = _StopRun(statistics)
+        return record
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        # Runs before every retry: the record by one attribute read, helpers only where
+        # Runs before every retry: the run by one attribute read, helpers only where
         # there is work (the first decision, an attempt the wait did not observe).
         record: RunState | None = getattr(retry_state, _RECORD, None)
-        if record is None or not record.resolved:
-            record = self.run_state(retry_state)
+        if record is None or record._stop is None:
+            record = self._start(retry_state)
+        run: _StopRun = record._stop
         attempt = retry_state.attempt_number
         if record.observed != attempt:
-            observe(retry_state, record, record.upcoming_sleep)
+            through = (run.slept, run.slept_error) if run.decided == attempt - 1 > 0 else None
+            observe(retry_state, record, record.upcoming_sleep, through)
         sleep = record.upcoming_sleep = retry_state.upcoming_sleep
-        testing = _config._testing_attempts
-        if testing is not None:
-            reason = StopReason.COUNT if attempt >= testing else None
-        else:
-            until = math.inf
-            if record.deadline_ts != math.inf:
-                until = record.deadline_ts - time.time()
-            if record.deadline_mono != math.inf:
-                until = min(until, record.deadline_mono - time.monotonic())
-            longest = record.longest
-            total, error = add_compensated(record.slept, record.slept_error, sleep)
-            record.next_slept, record.next_slept_error = total, error
-            record.decided = attempt
-            reason = decide(
-                attempt,
-                self._max_attempts,
-                sleep,
-                total + error,
-                record.elapsed,
-                self._duration if self._duration > longest else longest,
-                self._max_elapsed,
-                until,
-            )
-        stats = record.statistics
+        total, error = run.slept, run.slept_error = add_compensated(
+            record.slept, record.slept_error, sleep
+        )
+        run.decided = attempt
+        longest = record.longest
+        reason = record.reason = decide(
+            attempt,
+            self._affordable,
+            sleep,
+            total + error,
+            record.elapsed,
+            self._duration if self._duration > longest else longest,
+            self._budget,
+            record.horizon.left(),  # type: ignore[union-attr]  # resolved by _start
+            _TESTING.attempts,
+            None if self._other is None else functools.partial(self._other, retry_state),
+            self._grant,
+        )
+        stats = run.statistics
         if stats is not None and ("idle_for" not in stats or "attempt_number" not in stats):
             _repair_statistics(stats, retry_state)
-        record.reason = reason
         return reason is not None
 
 

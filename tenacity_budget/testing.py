@@ -1,33 +1,11 @@
 """Testing toolkit: a virtual clock for budgeted retries, and a zero-wait testing mode.
 
-Two tools, for two kinds of test:
-
-* :func:`virtual_clock` (also a pytest fixture of the same name, registered by the
-  ``tenacity_budget.pytest_plugin`` entry point) freezes wall-clock and monotonic time with
-  `freezegun <https://github.com/spulec/freezegun>`_ and turns every sleep into an instant
-  jump of that frozen clock. Budgets, deadlines and :func:`~tenacity_budget.remaining`
-  behave exactly as in production, and a test that "waits" an hour runs in microseconds::
-
-      from tenacity_budget.testing import virtual_clock
-
-      def test_gives_up_within_the_budget():
-          policy = BackoffPolicy(base=1, cap=60, max_elapsed=300, jitter="full")
-
-          @policy.retry(seed=7)
-          def fetch() -> None:
-              raise OSError("down")
-
-          with virtual_clock() as clock, pytest.raises(BudgetExhausted):
-              fetch()
-          assert clock.sleeps == policy.schedule(seed=7)
-
-  It needs the ``testing`` extra (``pip install 'tenacity-budget[testing]'``, for
-  freezegun); importing this module does not, and using the clock without it raises an
-  ``ImportError`` saying so.
-
-* :func:`set_testing` and :func:`testing_mode` switch every budgeted strategy to zero-wait,
-  bounded-attempt mode, like stamina's ``set_testing``, for suites that only care that the
-  code under test retries at all. See :func:`set_testing` for the ``conftest.py`` recipe.
+:func:`virtual_clock` (also a pytest fixture, registered by ``tenacity_budget.pytest_plugin``)
+freezes the wall and monotonic clocks with freezegun (the ``testing`` extra) and turns every
+sleep into an instant jump, so budgets, deadlines and :func:`~tenacity_budget.remaining`
+behave as in production and a test that "waits" an hour runs in microseconds.
+:func:`set_testing` and :func:`testing_mode` switch every budgeted strategy to zero-wait,
+bounded-attempt mode, like stamina's ``set_testing``. See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -46,6 +24,9 @@ from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 from ._config import set_testing_attempts, testing_attempts
+from ._validate import attempts as _attempts
+from ._validate import aware
+from ._validate import seconds as _seconds
 
 if TYPE_CHECKING:
     from freezegun.api import FrozenDateTimeFactory
@@ -122,15 +103,7 @@ class VirtualClock:
     def __init__(self, start: datetime | None = None) -> None:
         _freezegun()  # the first use: without the extra, say which one to install
         if start is not None:
-            if not isinstance(start, datetime):
-                raise TypeError(
-                    f"start must be a timezone-aware datetime, got {type(start).__name__}"
-                )
-            if start.tzinfo is None or start.utcoffset() is None:
-                raise ValueError(
-                    f"start must be timezone-aware, got the naive datetime {start.isoformat()}; "
-                    "pass e.g. datetime(..., tzinfo=timezone.utc)"
-                )
+            aware(start, "start")
         self.sleeps: list[float] = []
         self._requested_start = start
         self._start: datetime | None = None
@@ -212,14 +185,7 @@ class VirtualClock:
         self._move(self._duration(seconds, "advance"), record=False)
 
     def _duration(self, seconds: object, what: str) -> float:
-        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
-            raise TypeError(f"{what} takes a number of seconds, got {type(seconds).__name__}")
-        value = float(seconds)
-        if not math.isfinite(value):
-            raise ValueError(f"cannot {what} {value!r} seconds on a virtual clock")
-        if value < 0:
-            raise ValueError(f"{what} length must be non-negative, got {value!r}")
-        return value
+        return _seconds(seconds, f"the {what} length")
 
     def _move(self, seconds: float, *, record: bool) -> None:
         with self._lock:
@@ -401,11 +367,7 @@ def virtual_clock(start: datetime | None = None) -> VirtualClock:
 
 
 def _check_attempts(attempts: object) -> int:
-    if isinstance(attempts, bool) or not isinstance(attempts, int):
-        raise TypeError(f"attempts must be an int, got {type(attempts).__name__}")
-    if attempts < 1:
-        raise ValueError(f"testing mode needs attempts >= 1, got {attempts!r}")
-    return attempts
+    return _attempts(attempts, "testing mode attempts")
 
 
 def set_testing(on: bool, *, attempts: int = 3) -> None:

@@ -258,3 +258,73 @@ def test_a_statistics_dict_cleared_mid_run_is_repaired() -> None:
     with pytest.raises(RetryError):  # not KeyError: 'idle_for'
         fails()
     assert len(calls) == POLICY.max_attempts() + 1
+
+
+# -- decide() is the one decision: testing bound, the user's stop, the retry budget last ----
+
+
+def test_decide_asks_the_users_stop_and_the_retry_budget_only_when_the_rest_allows() -> None:
+    asked: list[str] = []
+
+    def other() -> bool:
+        asked.append("other")
+        return False
+
+    def grant() -> bool:
+        asked.append("grant")
+        return False
+
+    # Refused by the budget itself: neither the user's stop nor the retry budget is asked.
+    assert decide(11, 10, 1.0, 1.0, 0.0, 0.0, 9.0, math.inf, None, other, grant) is (
+        StopReason.COUNT
+    )
+    assert asked == []
+    # Allowed by the budget: the user's stop, then the retry budget, last.
+    assert decide(1, 10, 1.0, 1.0, 0.0, 0.0, 9.0, math.inf, None, other, grant) is (
+        StopReason.RETRY_BUDGET
+    )
+    assert asked == ["other", "grant"]
+    assert decide(1, 10, 1.0, 1.0, 0.0, 0.0, 9.0, math.inf, None, lambda: True, grant) is (
+        StopReason.OTHER
+    )
+    assert asked == ["other", "grant"]  # a user's stop that ends the run spends nothing
+
+
+def test_decide_in_testing_mode_bounds_the_attempts_alone() -> None:
+    # The testing bound replaces the budget checks (a NaN sleep, a past deadline).
+    assert decide(2, 10, math.nan, math.nan, 1e9, 0.0, 1.0, -1.0, 3) is None
+    assert decide(3, 10, math.nan, math.nan, 1e9, 0.0, 1.0, -1.0, 3) is StopReason.COUNT
+    assert decide(1, 10, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 3, None, lambda: False) is (
+        StopReason.RETRY_BUDGET
+    )
+
+
+def test_the_hard_deadline_cut_is_decided_from_the_time_left() -> None:
+    from tenacity_budget.decision import cut
+
+    assert cut(0.0, math.inf, math.inf) is None  # exactly at the end: started, as admitted
+    assert cut(-1.0, math.inf, math.inf) is StopReason.WALL_CLOCK
+    assert cut(1.0, -1.0, math.inf) is StopReason.DEADLINE
+    # An enclosing monotonic end binds only when it came no later than the budget's.
+    assert cut(-1.0, math.inf, -1.0) is StopReason.DEADLINE
+    assert cut(-2.0, math.inf, -1.0) is StopReason.WALL_CLOCK
+
+
+def test_a_users_stop_is_asked_after_the_budget_in_policy_retry(
+    virtual_clock: VirtualClock,
+) -> None:
+    asked: list[int] = []
+
+    def mine(retry_state: RetryCallState) -> bool:
+        asked.append(retry_state.attempt_number)
+        return retry_state.attempt_number >= 3
+
+    @POLICY.retry(stop=mine)
+    def fails() -> None:
+        raise OSError("down")
+
+    with pytest.raises(BudgetExhausted) as caught:
+        fails()
+    assert asked == [1, 2, 3]
+    assert caught.value.report.reason is StopReason.OTHER
+    assert caught.value.report.attempts == 3

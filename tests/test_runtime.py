@@ -65,3 +65,26 @@ def test_remaining_is_none_outside_and_set_inside_a_run(virtual_clock: VirtualCl
     assert work() == "ok"
     assert remaining() is None
     assert seen == [10.0]
+
+
+def test_a_hard_deadline_run_arms_one_timer_for_all_its_attempts(
+    virtual_clock: VirtualClock,
+) -> None:
+    import asyncio
+    from unittest import mock
+
+    policy = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=60, jitter="none")
+    calls: list[float | None] = []
+
+    @policy.retry(hard_deadline=True)
+    async def flaky() -> str:
+        calls.append(remaining())
+        if len(calls) < 4:
+            raise OSError("down")
+        return "ok"
+
+    real = asyncio.timeout
+    with mock.patch("asyncio.timeout", side_effect=real) as made:
+        assert asyncio.run(flaky()) == "ok"
+    assert made.call_count == 1  # one timer for the run, not one per attempt
+    assert calls == [60.0, 59.0, 57.0, 53.0]

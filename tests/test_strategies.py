@@ -615,3 +615,35 @@ def test_sixteen_threads_each_get_the_seeded_schedule(mode: JitterMode) -> None:
     assert len(sleeps) == threads
     assert all(run == expected for run in sleeps.values())
     assert set(calls.values()) == {policy.max_attempts() + 1}
+
+
+# -- the hooks see the outcome: a marked retry_after reads results too -----------------------
+
+
+def test_a_marked_retry_after_reads_a_result_and_an_unmarked_one_only_exceptions() -> None:
+    from tenacity import retry_if_result
+
+    from tenacity_budget.strategies import reads_results
+
+    policy = BackoffPolicy(base=1, factor=2, cap=8, max_elapsed=60, jitter="none")
+    seen: list[object] = []
+
+    def reader(outcome: object) -> float | None:
+        seen.append(outcome)
+        return 0.25
+
+    for marked, expected in ((True, [0.25, 0.25]), (False, [1.0, 2.0])):
+        seen.clear()
+        sleeps: list[float] = []
+        answers = iter(["busy", "busy", "ok"])
+        read = reads_results(reader) if marked else (lambda exc: reader(exc))
+
+        @policy.retry(
+            retry=retry_if_result(lambda r: r == "busy"), retry_after=read, sleep=sleeps.append
+        )
+        def call(answers: Iterator[str] = answers) -> str:
+            return next(answers)
+
+        assert call() == "ok"
+        assert sleeps == expected
+        assert seen == (["busy", "busy"] if marked else [])

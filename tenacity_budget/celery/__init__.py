@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
+from ..context import remaining_until
 from ..exhaustion import ExhaustionReport, StopReason
 from ..policy import BackoffPolicy
-from ..runtime import remaining_until
 from ._dead_letter import DeadLetter, TaskBudgetExhausted
 from ._dead_letter import DeadLetterDestination as DeadLetterDestination
 from ._dead_letter import DeadLetterQueue as DeadLetterQueue

@@ -12,9 +12,8 @@ from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .._config import check_aware, earliest
 from .._validate import seconds
-from ..runtime import ambient_deadline
+from ..context import ambient_deadline, check_aware, earliest
 from ._lazy import _import
 from ._plan import _EARLIEST, _LATEST
 

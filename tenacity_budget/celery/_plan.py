@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from .._config import check_aware, earliest
 from .._validate import seconds
+from ..context import check_aware, earliest
 from ..decision import decide
 from ..exhaustion import StopReason
 from ..jitter import jitter_for

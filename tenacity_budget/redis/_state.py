@@ -16,6 +16,7 @@ from importlib.resources import files
 from typing import Any, Literal, TypeAlias
 
 from .. import _validate
+from ..context import remaining
 from ..retry_budget import (
     ALWAYS,
     NEVER,
@@ -30,7 +31,6 @@ from ..retry_budget import (
     budget_terms,
     observers_of,
 )
-from ..runtime import remaining
 from ._pending import Batch, Pending
 
 LOGGER_NAME = "tenacity_budget.redis"

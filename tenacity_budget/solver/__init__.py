@@ -12,14 +12,11 @@ modules: ``_delays`` (the public delays), ``_floats`` (error model, constants, a
 
 from __future__ import annotations
 
-from ._delays import add_compensated, backoff_delays, capped_index, nominal_delay, total_delay
+from ._delays import add_compensated as add_compensated
+from ._delays import backoff_delays as backoff_delays
+from ._delays import capped_index as capped_index
+from ._delays import nominal_delay as nominal_delay
+from ._delays import total_delay as total_delay
 from ._solve import compute_max_attempts
 
-__all__ = [
-    "add_compensated",
-    "backoff_delays",
-    "capped_index",
-    "compute_max_attempts",
-    "nominal_delay",
-    "total_delay",
-]
+__all__ = ["compute_max_attempts"]

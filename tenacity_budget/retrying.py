@@ -1,0 +1,547 @@
+"""The ``policy.retry()`` decorator: tenacity's ``@retry`` wired with a policy's wait and stop.
+
+:class:`BudgetedRetry` adds what plain tenacity cannot give: :func:`~tenacity_budget.remaining`
+inside each attempt (the run's frame of the ambient deadline, :mod:`~tenacity_budget.context`),
+:class:`~tenacity_budget.BudgetExhausted` with a report when the budget is spent, observer
+hooks (``stats=``), a shared retry budget asked last, and ``hard_deadline`` (one timer per
+run cancelling an attempt still running when the run's time is up). See docs/concepts.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar, cast
+
+import tenacity
+from tenacity import RetryCallState, RetryError
+
+from ._terms import HasTerms, terms_of
+from .context import _HORIZON as _HORIZON
+from .context import (
+    Horizon,
+    _enter,
+    _leave,
+    current_horizon,
+    earliest,
+)
+from .decision import awithdraw, cut, cut_reason
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
+from .instrumentation._protocols import RetryObserver as RetryObserver
+from .solver import add_compensated
+from .state import RunState, observe_cut, prepare, run_state, stopped_by, tag
+from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
+
+__all__: list[str] = []  # the observer protocol lives in instrumentation
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _check_options(on_exhausted: object, budget: object, hard_deadline: object) -> None:
+    """Refuse ``policy.retry()`` options of the wrong kind, at decoration."""
+    if on_exhausted is not None and not callable(on_exhausted):
+        raise TypeError("on_exhausted must be a callable taking the ExhaustionReport")
+    if budget is not None and not all(
+        callable(getattr(budget, name, None)) for name in ("deposit", "try_withdraw", "stop")
+    ):
+        raise TypeError(
+            "budget must be a retry budget (RetryBudget or RedisRetryBudget: deposit(), "
+            f"try_withdraw(), stop()), got {type(budget).__name__}"
+        )
+    if not isinstance(hard_deadline, bool):
+        raise TypeError(f"hard_deadline must be a bool, got {type(hard_deadline).__name__}")
+
+
+def _observers(stats: Any) -> tuple[RetryObserver, ...]:
+    if stats is None:
+        return ()
+    items = tuple(stats) if isinstance(stats, Sequence) else (stats,)
+    for item in items:
+        if not isinstance(item, RetryObserver):
+            raise TypeError(
+                "stats must be a RetryObserver (on_call, on_retry, on_success, on_exhausted), "
+                f"or a sequence of them; got {type(item).__name__}"
+            )
+    return items
+
+
+def _callback_name(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of ``fn`` (the name observers are told), else its ``repr``."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:
+        return repr(fn)
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module else str(name)
+
+
+class AttemptTimedOut(Exception):
+    """An attempt of a ``hard_deadline`` run was cancelled because the run's time was up.
+
+    Internal to ``policy.retry(hard_deadline=True)``: the run ends with
+    :class:`~tenacity_budget.BudgetExhausted` (``reason`` wall_clock or deadline), chained
+    from the ``TimeoutError`` of the cancelled attempt; never retried.
+    """
+
+    def __init__(self, reason: StopReason, *, started: bool = True) -> None:
+        what = "was cancelled" if started else "was not started"
+        super().__init__(f"the attempt {what}: the run's time was up ({reason.value})")
+        self.reason = reason
+        self.started = started  # False: the run's end had passed before it could start
+
+
+class _AsyncBudgetStop:
+    """The run's stop, then an awaited retry-budget withdrawal (asyncio retry budgets).
+
+    tenacity calls composed stops synchronously, so an awaited withdrawal cannot be one
+    of them; ``AsyncRetrying`` awaits a top-level async stop, which this is. The policy's
+    decision (:func:`~tenacity_budget.decision.decide`) comes first; the budget's last
+    check is :func:`~tenacity_budget.decision.awithdraw`, its awaited counterpart.
+    """
+
+    def __init__(self, first: stop_budget, withdraw: Callable[[], Awaitable[bool]]) -> None:
+        self.first = first
+        self.withdraw = withdraw
+
+    def run_state(self, retry_state: RetryCallState) -> RunState:
+        """This run's record (see :meth:`stop_budget.run_state`)."""
+        return self.first.run_state(retry_state)
+
+    async def __call__(self, retry_state: RetryCallState) -> bool:
+        if self.first(retry_state):
+            return True
+        reason = await awithdraw(self.withdraw)
+        if reason is None:
+            return False
+        stopped_by(retry_state, reason)
+        return True
+
+
+class BudgetedRetry:
+    """The decorator ``policy.retry(...)`` returns; apply it to a sync or async function.
+
+    Args:
+        policy: the budget.
+        deadline: as in :meth:`BackoffPolicy.stop`: an aware ``datetime`` or a callable of
+            the ``RetryCallState`` (read each call's deadline from its arguments).
+        rng, seed, retry_after: as in :meth:`BackoffPolicy.wait`.
+        on_exhausted: called with the :class:`ExhaustionReport` before the run's error is
+            raised: the hand-off point to a dead-letter queue. Whatever it raises propagates
+            (chained to the run's last exception), never swallowed.
+        stats: a :class:`RetryObserver` (e.g. :class:`~tenacity_budget.RetryStats`) or a
+            sequence of them.
+        budget: a retry budget (:class:`~tenacity_budget.RetryBudget`,
+            :class:`~tenacity_budget.redis.RedisRetryBudget`) shared by every call to the
+            dependency: each call deposits once, each retry withdraws one, asked only after
+            the policy (and any ``stop=``) would allow the retry; a refusal ends the run at
+            once (reason ``retry_budget``). An asyncio budget needs a coroutine function.
+        hard_deadline: on a coroutine function, cancel an attempt still running when the
+            run's time (budget, deadline, enclosing scope) is up; the run then ends with
+            :class:`BudgetExhausted` (reason ``wall_clock`` or ``deadline``, chained from
+            the ``TimeoutError``). A sync function cannot be interrupted safely:
+            ``TypeError`` at decoration.
+        tenacity_kwargs: any other ``tenacity.retry`` argument (``retry=``, ``before_sleep=``,
+            ``reraise=``, ``sleep=``, ...). A ``stop=`` is asked after the budget's own
+            checks and before the retry budget (either ends the run, reason ``other``); a
+            ``wait=`` replaces the policy's wait, the budget stop still guarding every
+            sleep. ``retry_error_cls`` defaults to :class:`BudgetExhausted`.
+        wait, stop: the policy's wait and stop, built by ``policy.retry()`` (built here
+            from ``policy`` when not given).
+    """
+
+    def __init__(
+        self,
+        policy: HasTerms,
+        *,
+        deadline: DeadlineSource | None = None,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        retry_after: RetryAfter | None = None,
+        on_exhausted: Callable[[ExhaustionReport], Any] | None = None,
+        stats: Any = None,
+        budget: Any = None,
+        hard_deadline: bool = False,
+        tenacity_kwargs: dict[str, Any] | None = None,
+        wait: Any = None,
+        stop: stop_budget | None = None,
+    ) -> None:
+        _check_options(on_exhausted, budget, hard_deadline)
+        self.policy = policy
+        self.terms = terms = terms_of(policy)
+        self.on_exhausted = on_exhausted
+        self.observers = _observers(stats)
+        self.budget = budget
+        self.hard_deadline = hard_deadline
+        self._options: dict[str, Any] = {
+            "deadline": deadline,
+            "rng": rng,
+            "seed": seed,
+            "retry_after": retry_after,
+            "on_exhausted": on_exhausted,
+            "stats": stats,
+            "budget": budget,
+            "hard_deadline": hard_deadline,
+        }
+        self._tenacity_kwargs = dict(tenacity_kwargs or {})
+        kwargs = dict(self._tenacity_kwargs)
+        user_wait = kwargs.pop("wait", None)
+        if user_wait is None and wait is None:
+            wait = wait_budget(policy, rng=rng, seed=seed, retry_after=retry_after)
+        self._async_budget = budget is not None and bool(getattr(budget, "is_async", False))
+        self.stop = self._compose_stop(
+            stop if stop is not None else stop_budget(policy, deadline=deadline),
+            kwargs.pop("stop", None),
+        )
+        if hard_deadline:
+            import asyncio  # hard_deadline is for coroutine functions only
+
+            # A cancelled attempt ends the run; it is never retried.
+            retry = kwargs.pop("retry", tenacity.retry_if_exception_type())
+            never = (AttemptTimedOut, asyncio.CancelledError)
+            kwargs["retry"] = tenacity.retry_if_not_exception_type(never) & retry
+        # A fixed deadline is known before the run; a callable one needs the run's state.
+        self._deadline_callable = deadline is not None and not isinstance(deadline, datetime)
+        fixed = earliest(deadline if isinstance(deadline, datetime) else None, terms.deadline)
+        self._fixed_deadline = fixed
+        self._fixed_deadline_ts = fixed.timestamp() if fixed is not None else math.inf
+        self._plain_frame = Horizon(None, wall_end=self._fixed_deadline_ts)
+        self._retrying_kwargs = self._hooks(kwargs, user_wait or wait)
+
+    def _compose_stop(self, stop: stop_budget, user_stop: Any) -> Any:
+        """The run's one stop, in the library's order: the policy's checks, the user's
+        ``stop=``, then the retry budget (awaited for an asyncio budget)."""
+        budget = self.budget
+        grant = None if budget is None or self._async_budget else budget.try_withdraw
+        composed = stop.compose(other=user_stop, grant=grant)
+        if self._async_budget:
+            return _AsyncBudgetStop(composed, budget.try_withdraw)
+        return composed
+
+    def _hooks(self, kwargs: dict[str, Any], wait: Any) -> dict[str, Any]:
+        """tenacity's arguments with this decorator's hooks, each only where it has work:
+        hooks cost time on every attempt."""
+        self._user_before = kwargs.pop("before", None)
+        self._user_before_sleep = kwargs.pop("before_sleep", None)
+        self._user_error_callback = kwargs.pop("retry_error_callback", None)
+        self._reraise = bool(kwargs.pop("reraise", False))
+        self._error_cls: type[RetryError] = kwargs.pop("retry_error_cls", BudgetExhausted)
+        retrying_kwargs: dict[str, Any] = {
+            **kwargs,
+            "wait": wait,
+            "stop": self.stop,
+            "retry_error_callback": self._give_up,
+        }
+        if self._deadline_callable:
+            retrying_kwargs["before"] = self._before
+        elif self._user_before is not None:
+            retrying_kwargs["before"] = self._user_before
+        if self.observers:
+            retrying_kwargs["before_sleep"] = self._before_sleep
+        elif self._user_before_sleep is not None:
+            retrying_kwargs["before_sleep"] = self._user_before_sleep
+        return retrying_kwargs
+
+    # -- one call -------------------------------------------------------------------------
+
+    def _begin_call(self, retrying: tenacity.BaseRetrying) -> Horizon:
+        """The record and ambient frame of a call starting now (remaining() reads them)."""
+        terms = self.terms
+        record = RunState(terms.budget, terms.affordable)
+        prepare(retrying, record)
+        if self.budget is not None:
+            self.budget.deposit()
+        outer = current_horizon()
+        # The run's frame of its deadlines: without an enclosing frame or a deadline read
+        # per call, the decorator's one frame of its fixed deadlines serves every call.
+        record.horizon = (
+            self._plain_frame
+            if outer is None and not self._deadline_callable
+            else Horizon(outer, wall_end=self._fixed_deadline_ts)
+        )
+        return Horizon(
+            outer,
+            mono_end=time.monotonic() + terms.budget,
+            wall_end=self._fixed_deadline_ts,
+            run=record,
+        )
+
+    # -- tenacity hooks -------------------------------------------------------------------
+
+    def _before(self, retry_state: RetryCallState) -> None:
+        # Only installed for a deadline callable: resolve it (once) for remaining().
+        if retry_state.attempt_number == 1:
+            horizon = _HORIZON.get()
+            if horizon is not None:
+                record = self.stop.run_state(retry_state)
+                assert record.horizon is not None
+                horizon.tighten(wall_end=record.horizon.wall_end)
+        if self._user_before is not None:
+            self._user_before(retry_state)
+
+    def _before_sleep(self, retry_state: RetryCallState) -> None:
+        if self.observers:
+            name = retry_state.get_fn_name()
+            for observer in self.observers:
+                observer.on_retry(name, retry_state.attempt_number, retry_state.upcoming_sleep)
+        if self._user_before_sleep is not None:
+            self._user_before_sleep(retry_state)
+
+    def _give_up(self, retry_state: RetryCallState) -> Any:
+        outcome = retry_state.outcome
+        assert outcome is not None
+        record = run_state(retry_state)
+        report = (
+            record.report(outcome.exception())
+            if record is not None
+            else ExhaustionReport.from_attempt(outcome)
+        )
+        self._exhausted(retry_state.get_fn_name(), report)
+        if self._user_error_callback is not None:
+            return self._user_error_callback(retry_state)
+        if self._reraise and outcome.failed:
+            raise cast(BaseException, outcome.exception())
+        raise self._error(outcome, report) from outcome.exception()
+
+    def _exhausted(self, name: str, report: ExhaustionReport) -> None:
+        for observer in self.observers:
+            observer.on_exhausted(name, report)
+        if self.on_exhausted is not None:
+            self.on_exhausted(report)
+
+    def _error(self, outcome: tenacity.Future, report: ExhaustionReport) -> RetryError:
+        if issubclass(self._error_cls, BudgetExhausted):
+            return self._error_cls(outcome, report)
+        return self._error_cls(outcome)
+
+    def _timed_out(self, name: str, horizon: Horizon, started: float, exc: AttemptTimedOut) -> Any:
+        """End a hard-deadline run whose attempt was cancelled (or overran its time)."""
+        record = horizon.run
+        assert record is not None
+        if exc.started:
+            observe_cut(record, time.monotonic() - started)
+        else:
+            _observe_unstarted(record, time.monotonic() - started)
+        record.reason = exc.reason
+        if not record.resolved:  # cut before the stop was first asked: its deadlines now
+            outer = horizon.outer.deadline() if horizon.outer is not None else None
+            record.deadline = earliest(self._fixed_deadline, outer)
+        timeout = exc.__cause__ if exc.__cause__ is not None else exc
+        outcome = tenacity.Future.construct(record.attempts, timeout, True)
+        tag(outcome, record)
+        report = record.report(timeout)
+        self._exhausted(name, report)
+        if self._reraise:
+            raise timeout
+        raise self._error(outcome, report) from timeout
+
+    # -- decoration -----------------------------------------------------------------------
+
+    def __call__(self, fn: F) -> F:
+        """Decorate ``fn`` (sync or async)."""
+        # One controller, copied per call: tenacity's own @retry shares one statistics dict
+        # between concurrent calls of a function and crashes with KeyError when threads
+        # race on it (jd/tenacity#701). A copy per call keeps each run's state its own.
+        is_async = inspect.iscoroutinefunction(fn)
+        if self.hard_deadline and not is_async:
+            raise TypeError(
+                f"hard_deadline=True needs a coroutine function, and {_callback_name(fn)} is "
+                "not one: a running sync call cannot be interrupted safely. Bound each "
+                "attempt with its own timeout instead, e.g. timeout=remaining(30.0)"
+            )
+        if self._async_budget and not is_async:
+            raise TypeError(
+                f"{_callback_name(fn)} is a sync function but the retry budget is asyncio "
+                "(an asyncio Redis client): use a sync client, or decorate a coroutine function"
+            )
+        controller: tenacity.BaseRetrying = (
+            tenacity.AsyncRetrying(**self._retrying_kwargs)
+            if is_async
+            else tenacity.Retrying(**self._retrying_kwargs)
+        )
+        observers = self.observers
+        name = _callback_name(fn)
+        wrapper: Callable[..., Any]
+
+        if is_async and self.hard_deadline:
+            wrapper = self._hard_wrapper(fn, controller, name)
+        elif is_async:
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                retrying = controller.copy()
+                horizon = self._begin_call(retrying)
+                token = _enter(horizon)
+                try:
+                    for observer in observers:
+                        observer.on_call(name)
+                    attrs.statistics = retrying.statistics
+                    result = await retrying(fn, *args, **kwargs)
+                    for observer in observers:
+                        observer.on_success(name, retrying.statistics.get("attempt_number", 1))
+                    return result
+                finally:
+                    _leave(horizon, token)
+
+            wrapper = async_wrapper
+        else:
+
+            @functools.wraps(fn)
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                retrying = controller.copy()
+                horizon = self._begin_call(retrying)
+                token = _enter(horizon)
+                try:
+                    for observer in observers:
+                        observer.on_call(name)
+                    attrs.statistics = retrying.statistics
+                    result = retrying(fn, *args, **kwargs)
+                    for observer in observers:
+                        observer.on_success(name, retrying.statistics.get("attempt_number", 1))
+                    return result
+                finally:
+                    _leave(horizon, token)
+
+            wrapper = sync_wrapper
+
+        attrs: Any = wrapper
+        attrs.retry = controller
+        attrs.statistics = {}
+        attrs.retry_with = functools.partial(self._retry_with, fn)
+        return cast(F, wrapper)
+
+    def _hard_wrapper(
+        self, fn: Callable[..., Any], controller: tenacity.BaseRetrying, name: str
+    ) -> Callable[..., Any]:
+        """``fn`` run under one timer per run (``hard_deadline``): armed at the run's end
+        while an attempt runs, disarmed while it sleeps (the stop admitted the sleep to
+        end in time, and an attempt admitted at exactly the end is started, as decided)."""
+        import asyncio  # only coroutine functions get here; the package does not need it
+
+        observers = self.observers
+        target = _hard_attempt(fn)
+
+        @functools.wraps(fn)
+        async def hard_wrapper(*args: Any, **kwargs: Any) -> Any:
+            retrying = controller.copy()
+            started = time.monotonic()
+            horizon = self._begin_call(retrying)
+            token = _enter(horizon)
+            try:
+                for observer in observers:
+                    observer.on_call(name)
+                attrs.statistics = retrying.statistics
+                left = horizon.left()  # armed for the first attempt, which rarely moves it
+                timer = horizon.timer = asyncio.timeout(None if left == math.inf else left)
+                try:
+                    async with timer:
+                        result = await retrying(target, *args, **kwargs)
+                except TimeoutError as exc:
+                    if not timer.expired():
+                        raise
+                    cut = AttemptTimedOut(_binding_end(horizon))
+                    cut.__cause__ = exc
+                    return self._timed_out(name, horizon, started, cut)
+                except AttemptTimedOut as exc:
+                    return self._timed_out(name, horizon, started, exc)
+                for observer in observers:
+                    observer.on_success(name, retrying.statistics.get("attempt_number", 1))
+                return result
+            finally:
+                _leave(horizon, token)
+
+        attrs: Any = hard_wrapper
+        return hard_wrapper
+
+    def _retry_with(self, fn: F, **changes: Any) -> F:
+        """``fn`` decorated again with some options changed (like tenacity's ``retry_with``).
+
+        ``policy=`` swaps the policy; the budget options and any tenacity argument may be
+        changed too.
+        """
+        policy = changes.pop("policy", self.policy)
+        options = {**self._options, **{k: v for k, v in changes.items() if k in self._options}}
+        tenacity_kwargs = {
+            **self._tenacity_kwargs,
+            **{k: v for k, v in changes.items() if k not in self._options},
+        }
+        return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)
+
+
+def _hard_attempt(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with each attempt bounded by the run's time left, on the run's one timer."""
+    import asyncio
+
+    loop_time = asyncio.get_running_loop
+
+    @functools.wraps(fn)
+    async def attempt(*args: Any, **kwargs: Any) -> Any:
+        horizon = _HORIZON.get()
+        assert horizon is not None
+        left = horizon.left()
+        if left < 0:
+            reason = cut(*_time_left(horizon))
+            if reason is not None:
+                # The run's end passed after the stop admitted this attempt (its sleep ran
+                # long, the clock jumped): it is not started, not even its synchronous
+                # part. One admitted at exactly the end (0 left) is started, as decided.
+                late = TimeoutError("the run's time was up before the attempt could start")
+                raise AttemptTimedOut(reason, started=False) from late
+        timer = horizon.timer
+        if left != math.inf:
+            when = loop_time().time() + left
+            armed = timer.when()
+            # Rearmed unless already set to this end (two clock readings apart at most).
+            if armed is None or not -_REARM <= when - armed <= _REARM:
+                timer.reschedule(when)
+        try:
+            result = await fn(*args, **kwargs)
+        except asyncio.CancelledError:
+            raise  # the timer's (or the caller's) cancellation: the timer stays as it is
+        except BaseException:
+            timer.reschedule(None)  # a sleep may follow: the stop admitted it to end in time
+            raise
+        if horizon.left() < 0:
+            # It ran past the run's time without being cancelled in time (a clock that
+            # jumps, as the virtual clock does): as late as a cancelled one.
+            late = TimeoutError("the attempt ended after the run's time was up")
+            raise AttemptTimedOut(_binding_end(horizon)) from late
+        timer.reschedule(None)
+        return result
+
+    return attempt
+
+
+# An end that moved by less than this (seconds) is the same end, read from two clocks.
+_REARM = 1e-6
+
+
+def _observe_unstarted(record: RunState, elapsed: float) -> None:
+    """Bring ``record`` up to date for an attempt not started: the run's end had passed.
+
+    The counterpart of :func:`~tenacity_budget.state.observe_cut` for an attempt the hard
+    deadline kept from starting: the sleep the latest decision allowed was taken, but no
+    call was made, so the attempts stay as observed.
+    """
+    if record.observed:
+        record.slept, record.slept_error = add_compensated(
+            record.slept, record.slept_error, record.upcoming_sleep
+        )
+    record.elapsed = elapsed
+
+
+def _binding_end(horizon: Horizon) -> StopReason:
+    """Which end ran out for a run's frame whose attempt was cut (:func:`decision.cut_reason`)."""
+    return cut_reason(*_time_left(horizon))
+
+
+def _time_left(horizon: Horizon) -> tuple[float, float, float]:
+    """The time left in a run's frame: its budget, its wall-clock and monotonic deadlines."""
+    deadlines: Horizon = horizon.run.horizon
+    mono = time.monotonic()
+    wall_left = math.inf if deadlines.wall_end == math.inf else deadlines.wall_end - time.time()
+    mono_left = math.inf if deadlines.mono_end == math.inf else deadlines.mono_end - mono
+    return horizon.mono_end - mono, wall_left, mono_left
