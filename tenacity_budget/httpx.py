@@ -34,6 +34,7 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
 from .context import ambient_deadline, deadline_scope, remaining
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .http import DEADLINE_HEADER, _deadline_senders, wait_hint
+from .retrying import _AsyncBudgetStop
 from .strategies import reads_results
 
 if TYPE_CHECKING:
@@ -300,19 +301,6 @@ def _response_hint(outcome: object) -> float | None:
     return wait_hint(outcome.headers) if isinstance(outcome, httpx.Response) else None
 
 
-class _AsyncBudgetStop:
-    """The policy's stop, then an awaited withdrawal from an asyncio retry budget."""
-
-    def __init__(self, first: Callable[[RetryCallState], bool], budget_stop: Any) -> None:
-        self.first = first
-        self.budget_stop = budget_stop
-
-    async def __call__(self, retry_state: RetryCallState) -> bool:
-        if self.first(retry_state):
-            return True
-        return bool(await self.budget_stop(retry_state))
-
-
 def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float | None]:
     """Every httpx timeout phase set to ``left``, or to the request's own where shorter."""
     if left > _UNBOUNDED:
@@ -379,9 +367,12 @@ class _Transport:
         stop = policy.stop()
         composed: Any = stop
         if config.budget is not None:
-            # Asked last: a retry the policy refuses never spends the shared budget.
-            budget_stop = config.budget.stop()
-            composed = _AsyncBudgetStop(stop, budget_stop) if self._asyncio else stop | budget_stop
+            # The one decision asks the retry budget last: a retry the policy refuses never
+            # spends the shared budget (an asyncio budget's withdrawal is awaited after it).
+            withdraw = config.budget.try_withdraw
+            composed = (
+                _AsyncBudgetStop(stop, withdraw) if is_async else stop.compose(grant=withdraw)
+            )
         statuses = config.retry_statuses
         kwargs: dict[str, Any] = {
             "wait": policy.wait(retry_after=_response_hint),

@@ -332,9 +332,10 @@ def _stop_reason(
         next_attempt,
         policy.max_elapsed,
         until + _RESOLUTION,
+        None,
+        None,
+        grant,
     )
-    if reason is None and grant is not None and not grant():
-        return StopReason.RETRY_BUDGET
     return reason
 
 
