@@ -466,3 +466,19 @@ def test_any_header_lets_the_request_through_with_a_sane_time_left(
         assert cap is None or left <= cap
     else:
         assert cap is None
+
+
+@pytest.mark.parametrize(
+    "name", [b"x-envoy-expected-rq-timeout-ms", b"x-envoy-upstream-rq-timeout-ms"]
+)
+async def test_an_envoy_zero_is_no_timeout_never_shed(
+    name: bytes, virtual_clock: VirtualClock
+) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, shed_expired=True)
+    statuses = [(await call(app, headers=[(name, b"0")]))[0]["status"] for _ in range(10)]
+    assert statuses == [200] * 10  # 0 is "no timeout" to Envoy, not "expired"
+    assert inner.seen == [None] * 10  # no deadline at all
+    sent = await call(app, headers=[(name, b"0"), (b"grpc-timeout", b"2S")])
+    assert sent[0]["status"] == 200
+    assert inner.seen[-1] == 2.0  # another dialect's deadline still holds

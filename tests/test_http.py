@@ -446,6 +446,16 @@ def test_retry_after_reads_any_object_with_headers() -> None:
     assert retry_after(httpx.Response(429, headers={"x-ms-retry-after-ms": "1500"})) == 1.5
 
 
+def test_retry_after_reads_headers_that_are_a_list_of_pairs() -> None:
+    # ASGI's raw headers, or a client's own list: read as they are, not passed over for a
+    # .response (here one whose headers say something else).
+    pairs = [(b"retry-after", b"7"), (b"content-type", b"text/plain")]
+    assert retry_after(_Headers(pairs)) == 7.0
+    both = _Headers([("Retry-After", "3")])
+    both.response = _Headers({"Retry-After": "60"})  # type: ignore[attr-defined]
+    assert retry_after(both) == 3.0
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
