@@ -5,10 +5,13 @@ the vehicle of a retryable response, and errors of a client's own kind that are 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .exhaustion import BudgetExhausted
+from tenacity import Future
+
+from .exhaustion import BudgetExhausted, ExhaustionReport
 from .runtime import remaining
 
 if TYPE_CHECKING:
@@ -44,25 +47,93 @@ def first_time_left(policy: BackoffPolicy) -> float:
 
 _KINDS: dict[type[BaseException], type[Any]] = {}
 
+# What an OSError holds outside ``args`` and ``__dict__`` (requests' and aiohttp's
+# connection errors are OSErrors): copied as they are.
+_OS_FIELDS = ("errno", "strerror", "filename", "filename2")
+
 
 def exhausted(last: BaseException, spent: BudgetExhausted) -> BaseException:
     """An error of ``last``'s own kind that is also a ``BudgetExhausted`` with ``.report``.
 
     ``except requests.ConnectionError`` (or ``aiohttp.ClientConnectionError``) and ``except
-    BudgetExhausted`` both catch it; its attributes are ``last``'s, its ``str`` the report.
+    BudgetExhausted`` both catch it; it reads as ``last`` (the same ``args``, OSError
+    fields and attributes: requests' ``.request``, aiohttp's ``.os_error``...) but for its
+    ``str``, the report. It pickles (rebuilt by :func:`_rebuild`), whatever ``last``'s
+    own ``__init__`` asks for.
     """
-    kind = type(last)
+    error: Any = _fill(_combined(type(last)), last.args, _os_fields(last), vars(last))
+    error.last_attempt = spent.last_attempt
+    error.report = spent.report
+    return error  # type: ignore[no-any-return]
+
+
+def _combined(kind: type[BaseException]) -> type[Any]:
+    """The class that is both ``kind`` and ``BudgetExhausted`` (built once per kind)."""
     combined = _KINDS.get(kind)
     if combined is None:
         namespace = {
             "__module__": kind.__module__,
             "__qualname__": kind.__qualname__,
             "__str__": BudgetExhausted.__str__,
+            "__reduce__": _reduce,
             "__doc__": f"{kind.__qualname__} raised by a spent budget: also a BudgetExhausted.",
+            "_budget_kind": kind,
         }
-        combined = _KINDS[kind] = type(kind.__name__, (kind, BudgetExhausted), namespace)
-    error: Any = combined.__new__(combined, *last.args)
-    error.__dict__.update(vars(last))
-    error.last_attempt = spent.last_attempt
-    error.report = spent.report
+        combined = _KINDS.setdefault(kind, type(kind.__name__, (kind, BudgetExhausted), namespace))
+    return combined
+
+
+def _os_fields(error: BaseException) -> dict[str, Any]:
+    """The OSError fields of ``error`` (none for another kind of error)."""
+    if not isinstance(error, OSError):
+        return {}
+    return {name: getattr(error, name) for name in _OS_FIELDS}
+
+
+def _fill(
+    cls: type[BaseException],
+    args: tuple[Any, ...],
+    fields: dict[str, Any],
+    state: dict[str, Any],
+) -> BaseException:
+    """An error of ``cls`` holding ``args``, OSError ``fields`` and attributes ``state``.
+
+    Built without ``cls.__init__``, whose parameters are not its ``args`` in general
+    (aiohttp's ``ClientConnectorError(connection_key, os_error)`` has ``(errno, strerror)``).
+    """
+    error = cls.__new__(cls, *args)
+    BaseException.__init__(error, *args)
+    for name, value in fields.items():
+        setattr(error, name, value)
+    error.__dict__.update(state)
+    return error
+
+
+def _reduce(error: Any) -> tuple[Any, ...]:
+    """How a combined error pickles: its kind, args, fields, attributes and report."""
+    state = {k: v for k, v in vars(error).items() if k not in ("last_attempt", "report")}
+    report: ExhaustionReport = error.report
+    had_last = report.last_exception is not None
+    detached = replace(report, last_exception=None)
+    return (
+        _rebuild,
+        (error._budget_kind, error.args, _os_fields(error), state, detached, had_last),
+    )
+
+
+def _rebuild(
+    kind: type[BaseException],
+    args: tuple[Any, ...],
+    fields: dict[str, Any],
+    state: dict[str, Any],
+    report: ExhaustionReport,
+    had_last: bool,
+) -> BaseException:
+    """A combined error again, from what :func:`_reduce` kept (unpickling calls it)."""
+    last = _fill(kind, args, fields, state)  # the original error, as the run saw it
+    if had_last:
+        report = replace(report, last_exception=last)
+    error: Any = _fill(_combined(kind), args, fields, state)
+    error.last_attempt = Future.construct(report.attempts, last, True)
+    error.report = report
     return error  # type: ignore[no-any-return]

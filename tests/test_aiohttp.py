@@ -8,6 +8,7 @@ happened (the attempt was cut, the error's kinds), never how long it took.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -235,6 +236,32 @@ async def test_a_closed_port_raises_aiohttps_own_error_with_the_report(
     assert isinstance(error.__cause__, aiohttp.ClientConnectorError)
     assert not isinstance(error.__cause__, BudgetExhausted)
     assert error.host == "127.0.0.1"
+
+
+async def test_the_error_reads_as_aiohttps_own_and_pickles(virtual_clock: VirtualClock) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/"
+    async with client() as session:
+        with pytest.raises(aiohttp.ClientConnectorError) as info:
+            await session.get(url)
+    error, original = info.value, info.value.__cause__
+    assert isinstance(original, aiohttp.ClientConnectorError)
+    assert error.args == original.args != ()
+    assert error.errno == original.errno is not None  # ECONNREFUSED
+    assert error.strerror == original.strerror
+    assert error.os_error is original.os_error
+    assert error._conn_key == original._conn_key
+    assert (error.host, error.port, error.ssl) == (original.host, original.port, original.ssl)
+
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert isinstance(again, aiohttp.ClientConnectorError)
+    assert isinstance(again, BudgetExhausted)
+    assert repr(again.args) == repr(error.args)
+    assert again.errno == error.errno
+    assert (again.host, again.port) == (error.host, error.port)
+    assert again.report.attempts == error.report.attempts
+    assert isinstance(again.report.last_exception, aiohttp.ClientConnectorError)
+    assert str(again).partition("last:")[0] == str(error).partition("last:")[0]
 
 
 async def test_a_server_that_never_answers_is_cut_when_the_time_is_up() -> None:

@@ -7,6 +7,7 @@ with budgets of a fraction of a second, and assert what happened, never how long
 
 from __future__ import annotations
 
+import pickle
 import socket
 import sys
 import threading
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import requests
+import urllib3
 
 import tenacity_budget.requests as budget_requests
 from tenacity_budget import BackoffPolicy, BudgetExhausted, ExhaustionReport, StopReason
@@ -234,6 +236,71 @@ def test_a_closed_port_raises_requests_own_error_with_the_report() -> None:
     assert error.request.url == url
     assert clock.sleeps == POLICY.waits()
     assert "attempts" in str(error)
+
+
+def test_the_error_reads_as_requests_own_and_pickles() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/"
+    with (
+        virtual_clock(),
+        session(BudgetAdapter(POLICY)) as s,
+        pytest.raises(requests.ConnectionError) as info,
+    ):
+        s.get(url)
+    error, original = info.value, info.value.__cause__
+    assert isinstance(original, requests.ConnectionError)
+    assert error.args == original.args != ()
+    assert isinstance(error.args[0], urllib3.exceptions.MaxRetryError)
+    for field in ("errno", "strerror", "filename", "filename2"):
+        assert getattr(error, field) == getattr(original, field)
+    assert error.request is original.request
+    assert error.response is original.response
+
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert isinstance(again, requests.ConnectionError)
+    assert isinstance(again, BudgetExhausted)
+    # urllib3's MaxRetryError pickles without its pool: as the original itself does
+    assert repr(again.args) == repr(pickle.loads(pickle.dumps(original)).args)
+    assert again.request.url == url
+    assert again.report.attempts == error.report.attempts
+    assert again.report.reason is error.report.reason
+    assert isinstance(again.report.last_exception, requests.ConnectionError)
+    assert not isinstance(again.report.last_exception, BudgetExhausted)
+    assert again.last_attempt.exception() is again.report.last_exception
+    assert str(again).partition("last:")[0] == str(error).partition("last:")[0]
+
+
+class Odd(requests.ConnectionError):
+    """A connection error whose __init__ does not take its args."""
+
+    def __init__(self, code: int, path: str) -> None:
+        super().__init__(code, f"refused: {path}", path)
+        self.path = path
+
+
+def test_an_oserror_kind_keeps_its_fields_and_pickles() -> None:
+    from tenacity import Future
+
+    from tenacity_budget._clients import exhausted
+
+    last = Odd(111, "/sock")
+    attempt = Future.construct(3, last, True)
+    error: Any = exhausted(last, BudgetExhausted(attempt))
+    assert isinstance(error, Odd)
+    assert isinstance(error, BudgetExhausted)
+    assert (error.errno, error.strerror, error.filename) == (111, "refused: /sock", "/sock")
+    assert error.args == last.args
+    assert error.path == "/sock"
+    assert error.report.attempts == 3
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.errno, again.strerror, again.filename, again.path) == (
+        111,
+        "refused: /sock",
+        "/sock",
+        "/sock",
+    )
+    assert isinstance(again, Odd)
+    assert isinstance(again, BudgetExhausted)
 
 
 def test_a_closed_port_for_a_post_raises_the_plain_error() -> None:
