@@ -620,13 +620,32 @@ def _exhausted_kind(kind: type[httpx.TransportError]) -> type[_Exhausted]:
     doc = f"A budgeted run spent on an ``httpx.{kind.__name__}``: both that and BudgetExhausted."
     # BudgetExhausted first: its __init__ and __str__; tenacity's RetryError hands the
     # attempt on to httpx's __init__ (as the message), which sets no request.
-    return type(name, (_Exhausted, kind), {"__doc__": doc, "__module__": __name__})
+    namespace = {"__doc__": doc, "__module__": __name__, "_kind": kind}
+    return type(name, (_Exhausted, kind), namespace)
 
 
 class _Exhausted(BudgetExhausted):
     """The BudgetExhausted side of a transport's run spent on a transport error."""
 
+    _kind: type[httpx.TransportError]
     _request: httpx.Request | None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its kind, report and request (its class is built, not importable)."""
+        return (_rebuild_exhausted, (self._kind, self.report, self._request))
+
+
+def _rebuild_exhausted(
+    kind: type[httpx.TransportError], report: ExhaustionReport, request: httpx.Request | None
+) -> BudgetExhausted:
+    """A pickled :func:`_exhausted` error again: its last attempt is its report's error."""
+    attempt = tenacity.Future.construct(report.attempts, report.last_exception, True)
+    combined = _EXHAUSTED.get(kind)
+    if combined is None:
+        combined = _EXHAUSTED.setdefault(kind, _exhausted_kind(kind))
+    error = combined(attempt, report)
+    error._request = request
+    return error
 
 
 # The combined class of each kind of transport error, built on first use.

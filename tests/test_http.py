@@ -523,3 +523,37 @@ def test_a_wait_hint_in_milliseconds_drives_policy_retry(virtual_clock: VirtualC
 
     assert fetch() == "ok"
     assert virtual_clock.sleeps == [0.25, 1.5]
+
+
+# -- the errors of a spent budget pickle (httpx's; requests' and aiohttp's in their tests) --
+
+
+@pytest.mark.parametrize(
+    "error", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.ReadError("reset")]
+)
+def test_an_httpx_error_of_a_spent_budget_pickles(
+    error: httpx.TransportError, virtual_clock: VirtualClock
+) -> None:
+    import pickle
+
+    from tenacity_budget.httpx import BudgetTransport
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise error
+
+    policy = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none")
+    transport = BudgetTransport(policy, transport=httpx.MockTransport(refuse))
+    with httpx.Client(transport=transport) as client, pytest.raises(type(error)) as info:
+        client.get("http://service.test/x")
+    spent = info.value
+    assert isinstance(spent, BudgetExhausted)
+    again = pickle.loads(pickle.dumps(spent))
+    assert type(again) is type(spent)
+    assert isinstance(again, type(error))
+    assert isinstance(again, BudgetExhausted)
+    assert again.report.attempts == spent.report.attempts
+    assert again.report.reason is spent.report.reason
+    assert type(again.report.last_exception) is type(error)
+    assert again.last_attempt.exception() is again.report.last_exception
+    assert again.request.url == "http://service.test/x"
+    assert str(again) == str(spent)
