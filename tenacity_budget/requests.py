@@ -18,6 +18,7 @@ from tenacity import retry_if_exception
 try:  # the real library: an absolute import, never this module
     import requests
     from requests.adapters import HTTPAdapter
+    from urllib3.util import Timeout as _Timeout
 except ImportError as exc:  # a missing extra, named at import
     raise ImportError(
         "tenacity_budget.requests needs requests: pip install 'tenacity-budget[requests]'"
@@ -51,21 +52,53 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def _timeouts(own: Any, left: float) -> Any:
-    """The (connect, read) timeouts of an attempt: the time left, or the caller's if less."""
+    """The timeouts of an attempt: the time left, or the caller's own where less.
+
+    ``own`` is any ``timeout=`` requests takes: ``None``, seconds, a ``(connect, read)``
+    pair (each ``None`` or seconds), or a :class:`urllib3.util.Timeout` (given back as
+    one, its ``total``, when set, clamped too).
+    """
+    if isinstance(own, _Timeout):
+        return _urllib3_timeouts(own, left)
     if isinstance(own, tuple):
         connect, read = own
     elif isinstance(own, int | float) and not isinstance(own, bool):
         connect = read = own
-    else:  # None, or urllib3's Timeout (whose phases requests passes on as they are)
-        connect = getattr(own, "connect_timeout", None)
-        read = getattr(own, "read_timeout", None)
+    else:  # None
+        connect = read = None
     if left > _UNBOUNDED:
         return connect, read
     left = max(left, _LEAST)
-    return (
-        left if connect is None or connect > left else connect,
-        left if read is None or read > left else read,
+    return _least(connect, left), _least(read, left)
+
+
+def _urllib3_timeouts(own: _Timeout, left: float) -> _Timeout:
+    """A urllib3 ``Timeout`` for an attempt: each of ``own``'s phases and total, clamped."""
+    if left > _UNBOUNDED:
+        return own
+    left = max(left, _LEAST)
+    # Its phases without its total, read through its public properties: with a total set
+    # they depend on a connection started (TimeoutStateError) or fold the total in.
+    total = _seconds(own.total)
+    phases = own.clone()
+    phases.total = None
+    return _Timeout(
+        connect=_least(_seconds(phases.connect_timeout), left),
+        read=_least(_seconds(phases.read_timeout), left),
+        total=None if total is None else _least(total, left),
     )
+
+
+def _seconds(value: object) -> float | None:
+    """A timeout in seconds, ``None`` for none (urllib3's "default" marker included)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _least(own: float | None, left: float) -> float:
+    """``left``, or ``own`` where it is less."""
+    return left if own is None or own > left else own
 
 
 def _replayable(body: object) -> bool:

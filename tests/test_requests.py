@@ -123,6 +123,42 @@ def test_each_attempt_is_bounded_by_the_time_left(
     assert _timeouts(own, left) == expected
 
 
+def _phases(timeout: Any) -> tuple[Any, Any, Any]:
+    """What a urllib3 Timeout holds: (connect, read, total), as its repr states them."""
+    assert isinstance(timeout, urllib3.Timeout)
+    probe = timeout.clone()
+    total, probe.total = probe.total, None
+    return probe.connect_timeout, probe.read_timeout, total
+
+
+@pytest.mark.parametrize(
+    ("own", "left", "expected"),
+    [
+        (urllib3.Timeout(read=5), 3.0, (3.0, 3.0, None)),
+        (urllib3.Timeout(read=2), 3.0, (3.0, 2.0, None)),
+        (urllib3.Timeout(connect=1), 3.0, (1.0, 3.0, None)),
+        (urllib3.Timeout(total=3), 5.0, (5.0, 5.0, 3.0)),
+        (urllib3.Timeout(total=9), 5.0, (5.0, 5.0, 5.0)),
+        (urllib3.Timeout(connect=2, read=4, total=3), 5.0, (2.0, 4.0, 3.0)),
+        (urllib3.Timeout(connect=2, read=4, total=3), 1.5, (1.5, 1.5, 1.5)),
+        (urllib3.Timeout(), 0.0, (0.001, 0.001, None)),
+    ],
+)
+def test_a_urllib3_timeout_is_clamped_phase_by_phase(
+    own: urllib3.Timeout, left: float, expected: tuple[Any, Any, Any]
+) -> None:
+    before = _phases(own)
+    sent = _timeouts(own, left)
+    assert isinstance(sent, urllib3.Timeout)
+    assert _phases(sent) == expected
+    assert _phases(own) == before  # the caller's own is left as it was
+
+
+def test_a_urllib3_timeout_without_a_bound_on_the_time_left_is_the_callers() -> None:
+    own = urllib3.Timeout(connect=1, read=2, total=3)
+    assert _timeouts(own, 1e12) is own
+
+
 # -- real servers ----------------------------------------------------------------------------
 
 
@@ -207,6 +243,25 @@ def test_a_custom_deadline_header_name_in_our_format(server: str) -> None:
     with virtual_clock(), session(BudgetAdapter(POLICY, deadline_header="X-Deadline")) as s:
         s.get(url)
     assert seen(server, key)[0]["x-deadline"] == "12000"
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    [
+        None,
+        5.0,
+        (3.0, 4.0),
+        (None, 4.0),
+        urllib3.Timeout(read=5),
+        urllib3.Timeout(total=3),
+        urllib3.Timeout(connect=2, read=4, total=3),
+    ],
+)
+def test_every_timeout_form_requests_takes_is_sent(server: str, timeout: Any) -> None:
+    url, key = script(server, 503)
+    with virtual_clock(), session(BudgetAdapter(POLICY)) as s:
+        assert s.get(url, timeout=timeout).status_code == 200
+    assert len(seen(server, key)) == 2  # the 503 retried, with the caller's timeout each time
 
 
 def test_the_callers_own_timeout_still_holds(server: str) -> None:
