@@ -1,10 +1,12 @@
-"""What the requests adapter and the aiohttp middleware share: the first attempt's time left,
-the vehicle of a retryable response, and errors of a client's own kind that are also a
-:class:`~tenacity_budget.BudgetExhausted`. See docs/cookbook.md.
+"""What the HTTP clients share: the rule of which failed attempts are retried
+(:func:`retry_cures`), the first attempt's time left, the vehicle of a retryable response,
+and errors of a client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`.
+See docs/cookbook.md.
 """
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,35 @@ class RetryableStatus(Exception):
     def __init__(self, response: Any, status: int) -> None:
         super().__init__(f"retryable status {status}")
         self.response = response
+
+
+def retry_cures(
+    exc: BaseException,
+    transport: tuple[type[BaseException], ...],
+    not_cured: tuple[type[BaseException], ...],
+) -> bool:
+    """Whether a failed attempt is worth retrying: the one rule of every HTTP client.
+
+    The semantics of the httpx transports, shared by the requests adapter and the aiohttp
+    middleware: an error of the client's ``transport`` kinds (connecting, sending,
+    reading, a timeout, a connection the server dropped, a proxy) is retried, for a retry
+    may cure it; not a TLS failure (a certificate refused, a handshake failed: an
+    :class:`ssl.SSLError` raised or anywhere in the error's causes), nor a protocol error
+    of the request itself (an unsupported scheme, a request that cannot be written):
+    sent again, they fail again. ``not_cured`` names the client's own kinds of these two
+    (``httpx.LocalProtocolError``, ``requests.exceptions.SSLError``,
+    ``aiohttp.ClientSSLError``...).
+    """
+    if not isinstance(exc, transport) or isinstance(exc, not_cured):
+        return False
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # the chain, as far as it goes
+        if isinstance(cause, ssl.SSLError):
+            return False
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return True
 
 
 def first_time_left(policy: BackoffPolicy) -> float:

@@ -33,6 +33,7 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
     ) from exc
 
 from . import _config
+from ._clients import retry_cures
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .http import DEADLINE_HEADER, _deadline_senders, wait_hint
 from .runtime import ambient_deadline, deadline_scope, remaining
@@ -75,7 +76,9 @@ try:
 except ImportError:  # pragma: no cover (an httpx without httpcore)
     _ConnectionPool = None  # type: ignore[assignment,misc]
 
-# Transport errors that a retry cannot cure: the request itself is wrong.
+# Transport errors that a retry cannot cure: the request itself is wrong (a TLS failure
+# is found in the causes of a ConnectError). The rule of every client: retry_cures.
+_TRANSPORT = (httpx.TransportError,)
 _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
     httpx.UnsupportedProtocol,
     httpx.LocalProtocolError,
@@ -84,7 +87,7 @@ _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
 
 def _retryable(exc: BaseException) -> bool:
     """Whether a failed attempt is worth retrying: a transport error a retry may cure."""
-    return isinstance(exc, httpx.TransportError) and not isinstance(exc, _NOT_RETRIED)
+    return retry_cures(exc, _TRANSPORT, _NOT_RETRIED)
 
 
 def exhaustion_report(response: httpx.Response) -> ExhaustionReport | None:

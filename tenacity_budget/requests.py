@@ -24,7 +24,7 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.requests needs requests: pip install 'tenacity-budget[requests]'"
     ) from exc
 
-from ._clients import RetryableStatus, exhausted, first_time_left
+from ._clients import RetryableStatus, exhausted, first_time_left, retry_cures
 from .exhaustion import BudgetExhausted
 from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
 from .runtime import deadline_scope, remaining
@@ -40,15 +40,14 @@ _UNBOUNDED = 1e9
 # The least timeout an admitted attempt is sent with: urllib3 reads 0 as "non-blocking".
 _LEAST = 0.001
 
-# Connection errors a retry cannot cure: a certificate, a proxy that refuses us.
-_NOT_RETRIED = (requests.exceptions.SSLError, requests.exceptions.ProxyError)
+# The transport errors of requests, and those a retry cannot cure (a TLS failure): the
+# rule of every client, retry_cures.
+_TRANSPORT = (requests.ConnectionError, requests.Timeout)
+_NOT_CURED = (requests.exceptions.SSLError,)
 
 
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, RetryableStatus):
-        return True
-    retried = isinstance(exc, requests.ConnectionError | requests.Timeout)
-    return retried and not isinstance(exc, _NOT_RETRIED)
+    return isinstance(exc, RetryableStatus) or retry_cures(exc, _TRANSPORT, _NOT_CURED)
 
 
 def _timeouts(own: Any, left: float) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import socket
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -262,6 +263,34 @@ async def test_the_error_reads_as_aiohttps_own_and_pickles(virtual_clock: Virtua
     assert again.report.attempts == error.report.attempts
     assert isinstance(again.report.last_exception, aiohttp.ClientConnectorError)
     assert str(again).partition("last:")[0] == str(error).partition("last:")[0]
+
+
+async def test_a_tls_failure_is_not_retried(virtual_clock: VirtualClock) -> None:
+    # https:// to a plain HTTP server: the TLS handshake fails, and would again.
+    async with serving(Script()) as url, client() as session:
+        with pytest.raises(aiohttp.ClientSSLError) as info:
+            await session.get(url.replace("http://", "https://", 1))
+    assert not isinstance(info.value, BudgetExhausted)  # sent once: nothing was retried
+    assert backoff(virtual_clock) == []
+
+
+def test_certificate_errors_are_not_retried_connection_errors_are() -> None:
+    from tenacity_budget.aiohttp import _retryable
+
+    key: Any = type("Key", (), {"host": "h", "port": 443, "ssl": True})()
+    cert = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    assert isinstance(
+        aiohttp.ClientConnectorCertificateError(key, cert), aiohttp.ClientConnectionError
+    )
+    assert not _retryable(aiohttp.ClientConnectorCertificateError(key, cert))
+    assert not _retryable(aiohttp.ClientConnectorSSLError(key, ssl.SSLError(1, "handshake")))
+    wrapped = aiohttp.ClientOSError(104, "reset")
+    wrapped.__cause__ = cert
+    assert not _retryable(wrapped)
+    assert _retryable(aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused")))
+    assert _retryable(aiohttp.ServerDisconnectedError())
+    assert _retryable(aiohttp.ServerTimeoutError("slow"))
+    assert not _retryable(aiohttp.InvalidURL("x"))
 
 
 async def test_a_server_that_never_answers_is_cut_when_the_time_is_up() -> None:

@@ -557,3 +557,28 @@ def test_an_httpx_error_of_a_spent_budget_pickles(
     assert again.last_attempt.exception() is again.report.last_exception
     assert again.request.url == "http://service.test/x"
     assert str(again) == str(spent)
+
+
+# -- one retry rule: TLS failures are not retried by httpx either -------------------------
+
+
+def test_httpx_does_not_retry_a_tls_failure() -> None:
+    from tenacity_budget.httpx import BudgetTransport, _retryable
+    from tenacity_budget.testing import virtual_clock
+    from tests._scripted import scripted_server
+
+    policy = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none")
+    with (
+        scripted_server() as url,
+        virtual_clock() as clock,
+        httpx.Client(transport=BudgetTransport(policy)) as client,
+        pytest.raises(httpx.ConnectError) as info,
+    ):
+        # https:// to a plain HTTP server: the TLS handshake fails, and would again.
+        client.get(url.replace("http://", "https://", 1) + "/whoami")
+    assert not isinstance(info.value, BudgetExhausted)  # sent once: nothing was retried
+    assert clock.sleeps == []
+    assert _retryable(httpx.ConnectError("refused"))
+    assert _retryable(httpx.RemoteProtocolError("eh"))
+    assert _retryable(httpx.ProxyError("proxy down"))
+    assert not _retryable(httpx.LocalProtocolError("bad request"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import ssl
 import sys
 import threading
 import uuid
@@ -49,8 +50,12 @@ def seen(server: str, key: str) -> list[dict[str, str]]:
 
 
 def session(adapter: BudgetAdapter) -> requests.Session:
+    return session_for("http://", adapter)
+
+
+def session_for(prefix: str, adapter: BudgetAdapter) -> requests.Session:
     s = requests.Session()
-    s.mount("http://", adapter)
+    s.mount(prefix, adapter)
     return s
 
 
@@ -356,6 +361,53 @@ def test_an_oserror_kind_keeps_its_fields_and_pickles() -> None:
     )
     assert isinstance(again, Odd)
     assert isinstance(again, BudgetExhausted)
+
+
+def test_a_tls_failure_is_not_retried(server: str) -> None:
+    # https:// to a plain HTTP server: the TLS handshake fails, and would again.
+    url, _ = script(server)
+    with (
+        virtual_clock() as clock,
+        session_for("https://", BudgetAdapter(POLICY)) as s,
+        pytest.raises(requests.exceptions.SSLError) as info,
+    ):
+        s.get(url.replace("http://", "https://", 1))
+    assert not isinstance(info.value, BudgetExhausted)  # sent once: nothing was retried
+    assert clock.sleeps == []
+
+
+def test_a_proxy_that_cannot_be_reached_is_retried_as_httpx_does() -> None:
+    proxy = f"http://127.0.0.1:{closed_port()}"
+    with (
+        virtual_clock() as clock,
+        session(BudgetAdapter(POLICY)) as s,
+        pytest.raises(requests.exceptions.ProxyError) as info,
+    ):
+        s.get("http://service.test/", proxies={"http": proxy})
+    assert isinstance(info.value, BudgetExhausted)
+    assert info.value.report.attempts == len(POLICY.waits()) + 1
+    assert clock.sleeps == POLICY.waits()
+
+
+def test_the_retry_rule_is_the_shared_one() -> None:
+    from tenacity_budget._clients import retry_cures
+    from tenacity_budget.requests import _retryable
+
+    cert = requests.exceptions.SSLError("certificate verify failed")
+    wrapped = requests.ConnectionError("refused")
+    wrapped.__cause__ = ssl.SSLCertVerificationError("certificate verify failed")
+    assert not _retryable(cert)
+    assert not _retryable(wrapped)
+    assert not retry_cures(wrapped, (requests.ConnectionError,), ())  # found in the causes
+    for error in (
+        requests.ConnectionError("refused"),
+        requests.ConnectTimeout("slow"),
+        requests.ReadTimeout("slow"),
+        requests.exceptions.ProxyError("proxy down"),
+    ):
+        assert _retryable(error)
+    assert not _retryable(requests.exceptions.InvalidURL("x"))
+    assert not _retryable(ValueError("x"))
 
 
 def test_a_closed_port_for_a_post_raises_the_plain_error() -> None:
