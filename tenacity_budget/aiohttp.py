@@ -286,7 +286,9 @@ def budget_middleware(
     the last response is returned (the ones before are released); spent on a connection
     error or cut, the error raised is of aiohttp's own kind (``ClientConnectorError``,
     ``ServerTimeoutError``...) and also a :class:`~tenacity_budget.BudgetExhausted`
-    carrying ``.report``.
+    carrying ``.report``. ``deadline_headers`` with a ``deadline_header`` other than the
+    default is a ``TypeError``; the default itself written out (``"X-Request-Timeout-Ms"``)
+    cannot be told apart and is accepted: then ``deadline_headers`` alone is sent.
 
     Raises:
         TypeError, ValueError: for a bad option, at once.

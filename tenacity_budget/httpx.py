@@ -674,7 +674,10 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
             ``None`` sends none.
         deadline_headers: instead, the deadline dialects to send the time left in, by
             header name (:data:`~tenacity_budget.http.DIALECTS`; ``()`` sends none), e.g.
-            ``("X-Request-Timeout-Ms", "x-envoy-upstream-rq-timeout-ms")``.
+            ``("X-Request-Timeout-Ms", "x-envoy-upstream-rq-timeout-ms")``. With a
+            ``deadline_header`` other than the default, a ``TypeError``; the default
+            itself written out cannot be told apart and is accepted (then
+            ``deadline_headers`` alone is sent).
         budget: a retry budget (:class:`~tenacity_budget.RetryBudget`) every retry draws
             from, shared by the requests to one dependency.
 

@@ -126,7 +126,10 @@ class BudgetAdapter(HTTPAdapter):
         methods: request methods to retry; any other is sent once, still bounded.
         deadline_header: the header carrying the time left in whole milliseconds.
         deadline_headers: the dialects (names of :data:`tenacity_budget.http.DIALECTS`)
-            to send instead; ``()`` sends none.
+            to send instead; ``()`` sends none. Given with a ``deadline_header`` other
+            than the default, a ``TypeError``; the default itself written out
+            (``"X-Request-Timeout-Ms"``) cannot be told apart and is accepted: then
+            ``deadline_headers`` alone is sent.
         budget: a :class:`~tenacity_budget.RetryBudget` every retry draws from.
         **adapter_kwargs: ``pool_connections``, ``pool_maxsize``, ``pool_block``.
 

@@ -254,3 +254,12 @@ def test_format_of_any_float(name: str, seconds: float) -> None:
     parsed = dialect.parse(dialect.format(seconds))
     assert parsed is not None
     assert 0.0 <= parsed <= max(seconds, dialect.smallest)
+
+
+def test_the_default_deadline_header_written_out_beside_deadline_headers_is_accepted() -> None:
+    # It equals the default, so it cannot be told from it: deadline_headers alone is sent
+    # (documented in the clients' docstrings and docs/deadline-propagation.md).
+    senders = _deadline_senders("X-Request-Timeout-Ms", ("grpc-timeout",))
+    assert [name for name, _ in senders] == ["grpc-timeout"]
+    with pytest.raises(TypeError, match="not both"):
+        _deadline_senders("x-request-timeout-ms", ("grpc-timeout",))  # not the default
