@@ -1,15 +1,20 @@
-"""What the requests adapter and the aiohttp middleware share: the first attempt's time left,
-the vehicle of a retryable response, and errors of a client's own kind that are also a
-:class:`~tenacity_budget.BudgetExhausted`. See docs/cookbook.md.
+"""What the HTTP clients share: the rule of which failed attempts are retried
+(:func:`retry_cures`), the first attempt's time left, the vehicle of a retryable response,
+and errors of a client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`.
+See docs/cookbook.md.
 """
 
 from __future__ import annotations
 
+import ssl
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from tenacity import Future
+
 from .context import remaining
-from .exhaustion import BudgetExhausted
+from .exhaustion import BudgetExhausted, ExhaustionReport
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -25,6 +30,35 @@ class RetryableStatus(Exception):
     def __init__(self, response: Any, status: int) -> None:
         super().__init__(f"retryable status {status}")
         self.response = response
+
+
+def retry_cures(
+    exc: BaseException,
+    transport: tuple[type[BaseException], ...],
+    not_cured: tuple[type[BaseException], ...],
+) -> bool:
+    """Whether a failed attempt is worth retrying: the one rule of every HTTP client.
+
+    The semantics of the httpx transports, shared by the requests adapter and the aiohttp
+    middleware: an error of the client's ``transport`` kinds (connecting, sending,
+    reading, a timeout, a connection the server dropped, a proxy) is retried, for a retry
+    may cure it; not a TLS failure (a certificate refused, a handshake failed: an
+    :class:`ssl.SSLError` raised or anywhere in the error's causes), nor a protocol error
+    of the request itself (an unsupported scheme, a request that cannot be written):
+    sent again, they fail again. ``not_cured`` names the client's own kinds of these two
+    (``httpx.LocalProtocolError``, ``requests.exceptions.SSLError``,
+    ``aiohttp.ClientSSLError``...).
+    """
+    if not isinstance(exc, transport) or isinstance(exc, not_cured):
+        return False
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # the chain, as far as it goes
+        if isinstance(cause, ssl.SSLError):
+            return False
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return True
 
 
 def first_time_left(policy: BackoffPolicy) -> float:
@@ -44,25 +78,93 @@ def first_time_left(policy: BackoffPolicy) -> float:
 
 _KINDS: dict[type[BaseException], type[Any]] = {}
 
+# What an OSError holds outside ``args`` and ``__dict__`` (requests' and aiohttp's
+# connection errors are OSErrors): copied as they are.
+_OS_FIELDS = ("errno", "strerror", "filename", "filename2")
+
 
 def exhausted(last: BaseException, spent: BudgetExhausted) -> BaseException:
     """An error of ``last``'s own kind that is also a ``BudgetExhausted`` with ``.report``.
 
     ``except requests.ConnectionError`` (or ``aiohttp.ClientConnectionError``) and ``except
-    BudgetExhausted`` both catch it; its attributes are ``last``'s, its ``str`` the report.
+    BudgetExhausted`` both catch it; it reads as ``last`` (the same ``args``, OSError
+    fields and attributes: requests' ``.request``, aiohttp's ``.os_error``...) but for its
+    ``str``, the report. It pickles (rebuilt by :func:`_rebuild`), whatever ``last``'s
+    own ``__init__`` asks for.
     """
-    kind = type(last)
+    error: Any = _fill(_combined(type(last)), last.args, _os_fields(last), vars(last))
+    error.last_attempt = spent.last_attempt
+    error.report = spent.report
+    return error  # type: ignore[no-any-return]
+
+
+def _combined(kind: type[BaseException]) -> type[Any]:
+    """The class that is both ``kind`` and ``BudgetExhausted`` (built once per kind)."""
     combined = _KINDS.get(kind)
     if combined is None:
         namespace = {
             "__module__": kind.__module__,
             "__qualname__": kind.__qualname__,
             "__str__": BudgetExhausted.__str__,
+            "__reduce__": _reduce,
             "__doc__": f"{kind.__qualname__} raised by a spent budget: also a BudgetExhausted.",
+            "_budget_kind": kind,
         }
-        combined = _KINDS[kind] = type(kind.__name__, (kind, BudgetExhausted), namespace)
-    error: Any = combined.__new__(combined, *last.args)
-    error.__dict__.update(vars(last))
-    error.last_attempt = spent.last_attempt
-    error.report = spent.report
+        combined = _KINDS.setdefault(kind, type(kind.__name__, (kind, BudgetExhausted), namespace))
+    return combined
+
+
+def _os_fields(error: BaseException) -> dict[str, Any]:
+    """The OSError fields of ``error`` (none for another kind of error)."""
+    if not isinstance(error, OSError):
+        return {}
+    return {name: getattr(error, name) for name in _OS_FIELDS}
+
+
+def _fill(
+    cls: type[BaseException],
+    args: tuple[Any, ...],
+    fields: dict[str, Any],
+    state: dict[str, Any],
+) -> BaseException:
+    """An error of ``cls`` holding ``args``, OSError ``fields`` and attributes ``state``.
+
+    Built without ``cls.__init__``, whose parameters are not its ``args`` in general
+    (aiohttp's ``ClientConnectorError(connection_key, os_error)`` has ``(errno, strerror)``).
+    """
+    error = cls.__new__(cls, *args)
+    BaseException.__init__(error, *args)
+    for name, value in fields.items():
+        setattr(error, name, value)
+    error.__dict__.update(state)
+    return error
+
+
+def _reduce(error: Any) -> tuple[Any, ...]:
+    """How a combined error pickles: its kind, args, fields, attributes and report."""
+    state = {k: v for k, v in vars(error).items() if k not in ("last_attempt", "report")}
+    report: ExhaustionReport = error.report
+    had_last = report.last_exception is not None
+    detached = replace(report, last_exception=None)
+    return (
+        _rebuild,
+        (error._budget_kind, error.args, _os_fields(error), state, detached, had_last),
+    )
+
+
+def _rebuild(
+    kind: type[BaseException],
+    args: tuple[Any, ...],
+    fields: dict[str, Any],
+    state: dict[str, Any],
+    report: ExhaustionReport,
+    had_last: bool,
+) -> BaseException:
+    """A combined error again, from what :func:`_reduce` kept (unpickling calls it)."""
+    last = _fill(kind, args, fields, state)  # the original error, as the run saw it
+    if had_last:
+        report = replace(report, last_exception=last)
+    error: Any = _fill(_combined(kind), args, fields, state)
+    error.last_attempt = Future.construct(report.attempts, last, True)
+    error.report = report
     return error  # type: ignore[no-any-return]

@@ -27,7 +27,7 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
     ) from exc
 
-from ._clients import RetryableStatus, exhausted, first_time_left
+from ._clients import RetryableStatus, exhausted, first_time_left, retry_cures
 from .context import deadline_scope, remaining
 from .exhaustion import BudgetExhausted
 from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
@@ -40,8 +40,14 @@ __all__ = ["budget_middleware"]
 Handler = Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]]
 
 
+# The transport errors of aiohttp, and those a retry cannot cure (a TLS failure: a
+# certificate refused, a handshake failed): the rule of every client, retry_cures.
+_TRANSPORT = (aiohttp.ClientConnectionError,)
+_NOT_CURED = (aiohttp.ClientSSLError,)
+
+
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, RetryableStatus | aiohttp.ClientConnectionError)
+    return isinstance(exc, RetryableStatus) or retry_cures(exc, _TRANSPORT, _NOT_CURED)
 
 
 def _replayable(body: object) -> bool:
@@ -280,7 +286,9 @@ def budget_middleware(
     the last response is returned (the ones before are released); spent on a connection
     error or cut, the error raised is of aiohttp's own kind (``ClientConnectorError``,
     ``ServerTimeoutError``...) and also a :class:`~tenacity_budget.BudgetExhausted`
-    carrying ``.report``.
+    carrying ``.report``. ``deadline_headers`` with a ``deadline_header`` other than the
+    default is a ``TypeError``; the default itself written out (``"X-Request-Timeout-Ms"``)
+    cannot be told apart and is accepted: then ``deadline_headers`` alone is sent.
 
     Raises:
         TypeError, ValueError: for a bad option, at once.

@@ -70,29 +70,61 @@ def _readers(
     return {d.header.lower().encode("ascii"): d.parse for d in chosen}
 
 
-class _ShedWindow:
-    """The requests and the sheds of the last :data:`REJECT_PERIOD` seconds."""
+# The window counts requests and sheds in slices of this many seconds (a run of arrivals
+# closer than this shares one entry), so it holds at most REJECT_PERIOD / _SLICE entries
+# of each, however many requests it sees.
+_SLICE = 0.001
 
-    __slots__ = ("requests", "sheds")
+
+class _ShedWindow:
+    """The requests and the sheds of the last :data:`REJECT_PERIOD` seconds, in slices.
+
+    Each entry is ``[time, count]`` (a slice of sheds also keeps its first shed's time,
+    where the slice starts). A slice of requests leaves the window at its first
+    request's time plus the period, a slice of sheds at its last shed's: requests are
+    never counted longer, sheds never shorter, than exactly, so the sheds in any window of
+    the period stay within :data:`MAX_REJECT_FRACTION` of its requests.
+    """
+
+    __slots__ = ("requests", "seen_count", "shed_count", "sheds")
 
     def __init__(self) -> None:
-        self.requests: deque[float] = deque()
-        self.sheds: deque[float] = deque()
+        self.requests: deque[list[float]] = deque()  # [first request's time, count]
+        self.sheds: deque[list[float]] = deque()  # [last shed's time, count, first's]
+        self.seen_count = 0
+        self.shed_count = 0
 
     def seen(self, now: float) -> None:
-        """Count one request, at ``now``."""
-        self.requests.append(now)
+        """Count one request, at ``now``; forget what left the window."""
+        self._expire(now - REJECT_PERIOD)
+        requests = self.requests
+        if requests and now - requests[-1][0] < _SLICE:
+            requests[-1][1] += 1
+        else:
+            requests.append([now, 1])
+        self.seen_count += 1
 
     def may_shed(self, now: float) -> bool:
         """Whether one more shed keeps the sheds within the fraction; counted if so."""
-        start = now - REJECT_PERIOD
-        for times in (self.requests, self.sheds):
-            while times and times[0] <= start:
-                times.popleft()
-        if len(self.sheds) + 1 > MAX_REJECT_FRACTION * len(self.requests):
+        self._expire(now - REJECT_PERIOD)
+        if self.shed_count + 1 > MAX_REJECT_FRACTION * self.seen_count:
             return False
-        self.sheds.append(now)
+        sheds = self.sheds
+        if sheds and now - sheds[-1][2] < _SLICE:
+            sheds[-1][0] = now
+            sheds[-1][1] += 1
+        else:
+            sheds.append([now, 1, now])
+        self.shed_count += 1
         return True
+
+    def _expire(self, start: float) -> None:
+        """Drop the slices at or before ``start``."""
+        requests, sheds = self.requests, self.sheds
+        while requests and requests[0][0] <= start:
+            self.seen_count -= int(requests.popleft()[1])
+        while sheds and sheds[0][0] <= start:
+            self.shed_count -= int(sheds.popleft()[1])
 
 
 class DeadlineMiddleware:

@@ -140,7 +140,7 @@ def retry_after(exc: object) -> float | None:
     """
     try:
         headers = getattr(exc, "headers", None)
-        if not isinstance(headers, Mapping):
+        if headers is None:
             headers = getattr(getattr(exc, "response", None), "headers", None)
     except Exception:  # a property that raises (httpx's .request does): no response here
         return None
@@ -295,7 +295,9 @@ class DeadlineDialect:
     ``parse(value)`` gives the seconds left, ``None`` for a malformed, negative or
     non-finite value; it never raises. ``format(seconds)`` never rounds up (the receiver
     never believes it has more time than its caller); a time too large for the dialect is
-    clamped to its largest value, and no time left is the dialect's smallest value.
+    clamped to its largest value (``inf`` included), and no time left (``-inf`` included)
+    is the dialect's smallest value; NaN is refused (``ValueError``), and so is an
+    infinite time by our own dialect, which has no largest value.
     ``parse(format(t)) <= t`` for every ``t`` at or above :attr:`smallest`.
     """
 
@@ -319,18 +321,25 @@ class DeadlineDialect:
         return f"<DeadlineDialect {self.header}>"
 
 
-def _milliseconds(smallest: int, largest: int | None) -> Callable[[float], str]:
-    """A ``format`` writing whole milliseconds, rounded down, within ``[smallest, largest]``."""
+def _milliseconds(smallest: int, largest: int) -> Callable[[float], str]:
+    """A ``format`` writing whole milliseconds, rounded down, within ``[smallest, largest]``.
+
+    Any time but NaN is written: no time left (``-inf`` included) is ``smallest``, a time
+    too large (``inf`` included) is ``largest``.
+    """
+    least, most = str(smallest), str(largest)
 
     def format_ms(seconds: float) -> str:
         if math.isnan(seconds):
             raise ValueError(f"a deadline header needs a time left, got {seconds!r}")
-        if largest is not None and seconds == math.inf:
-            return str(largest)
+        if seconds <= 0.0:
+            return least
+        if seconds * 1000.0 > largest:  # inf and every time past the largest
+            return most
         text = format_timeout_ms(seconds)  # exact whole milliseconds, rounded down
-        if largest is not None and len(text) >= len(str(largest)) and int(text) > largest:
-            return str(largest)
-        return str(smallest) if text == "0" and smallest else text
+        if len(text) >= len(most) and int(text) > largest:  # the product rounded up
+            return most
+        return least if text == "0" else text
 
     return format_ms
 
@@ -386,7 +395,15 @@ def _parse_grpc_timeout(value: str | bytes) -> float | None:
 
 
 def _parse_ms(value: str | bytes) -> float | None:
-    return parse_timeout_ms(value)
+    """Seconds from whole milliseconds, ``None`` when malformed or past a float's range."""
+    seconds = parse_timeout_ms(value)
+    return None if seconds == math.inf else seconds
+
+
+def _parse_envoy_ms(value: str | bytes) -> float | None:
+    """Seconds from an Envoy header: ``"0"`` is no timeout to Envoy, so no deadline."""
+    seconds = _parse_ms(value)
+    return None if seconds == 0.0 else seconds
 
 
 # Envoy reads whole milliseconds into a protobuf Duration: at most 10 000 years.
@@ -401,10 +418,16 @@ DIALECTS: Mapping[str, DeadlineDialect] = MappingProxyType(
             DeadlineDialect(DEADLINE_HEADER, _parse_ms, format_timeout_ms),
             DeadlineDialect("grpc-timeout", _parse_grpc_timeout, _format_grpc_timeout),
             DeadlineDialect(
-                "x-envoy-expected-rq-timeout-ms", _parse_ms, _milliseconds(1, _ENVOY_MAX_MS), 0.001
+                "x-envoy-expected-rq-timeout-ms",
+                _parse_envoy_ms,
+                _milliseconds(1, _ENVOY_MAX_MS),
+                0.001,
             ),
             DeadlineDialect(
-                "x-envoy-upstream-rq-timeout-ms", _parse_ms, _milliseconds(1, _ENVOY_MAX_MS), 0.001
+                "x-envoy-upstream-rq-timeout-ms",
+                _parse_envoy_ms,
+                _milliseconds(1, _ENVOY_MAX_MS),
+                0.001,
             ),
             DeadlineDialect("Connect-Timeout-Ms", _parse_ms, _milliseconds(0, _CONNECT_MAX_MS)),
         )
@@ -416,7 +439,10 @@ DIALECTS: Mapping[str, DeadlineDialect] = MappingProxyType(
 most 8 digits and a unit of ``H M S m u n``, the finest that fits), the two Envoy headers
 ``x-envoy-expected-rq-timeout-ms`` (Envoy stamps it on the requests it forwards) and
 ``x-envoy-upstream-rq-timeout-ms`` (Envoy enforces it as the route timeout), whole
-milliseconds, never below 1, and ``connect-timeout-ms`` (Connect RPC, at most 10 digits).
+milliseconds, never below 1 (Envoy's ``0``, "no timeout", reads as no deadline), and
+``connect-timeout-ms`` (Connect RPC, at most 10 digits). A value past a float's range
+parses as ``None`` in every dialect (:func:`parse_timeout_ms` keeps reading it as
+``math.inf``).
 """
 
 

@@ -31,6 +31,7 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
+from ._clients import retry_cures
 from .context import ambient_deadline, deadline_scope, remaining
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .http import DEADLINE_HEADER, _deadline_senders, wait_hint
@@ -74,7 +75,9 @@ try:
 except ImportError:  # pragma: no cover (an httpx without httpcore)
     _ConnectionPool = None  # type: ignore[assignment,misc]
 
-# Transport errors that a retry cannot cure: the request itself is wrong.
+# Transport errors that a retry cannot cure: the request itself is wrong (a TLS failure
+# is found in the causes of a ConnectError). The rule of every client: retry_cures.
+_TRANSPORT = (httpx.TransportError,)
 _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
     httpx.UnsupportedProtocol,
     httpx.LocalProtocolError,
@@ -83,7 +86,7 @@ _NOT_RETRIED: tuple[type[httpx.TransportError], ...] = (
 
 def _retryable(exc: BaseException) -> bool:
     """Whether a failed attempt is worth retrying: a transport error a retry may cure."""
-    return isinstance(exc, httpx.TransportError) and not isinstance(exc, _NOT_RETRIED)
+    return retry_cures(exc, _TRANSPORT, _NOT_RETRIED)
 
 
 def exhaustion_report(response: httpx.Response) -> ExhaustionReport | None:
@@ -599,13 +602,32 @@ def _exhausted_kind(kind: type[httpx.TransportError]) -> type[_Exhausted]:
     doc = f"A budgeted run spent on an ``httpx.{kind.__name__}``: both that and BudgetExhausted."
     # BudgetExhausted first: its __init__ and __str__; tenacity's RetryError hands the
     # attempt on to httpx's __init__ (as the message), which sets no request.
-    return type(name, (_Exhausted, kind), {"__doc__": doc, "__module__": __name__})
+    namespace = {"__doc__": doc, "__module__": __name__, "_kind": kind}
+    return type(name, (_Exhausted, kind), namespace)
 
 
 class _Exhausted(BudgetExhausted):
     """The BudgetExhausted side of a transport's run spent on a transport error."""
 
+    _kind: type[httpx.TransportError]
     _request: httpx.Request | None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its kind, report and request (its class is built, not importable)."""
+        return (_rebuild_exhausted, (self._kind, self.report, self._request))
+
+
+def _rebuild_exhausted(
+    kind: type[httpx.TransportError], report: ExhaustionReport, request: httpx.Request | None
+) -> BudgetExhausted:
+    """A pickled :func:`_exhausted` error again: its last attempt is its report's error."""
+    attempt = tenacity.Future.construct(report.attempts, report.last_exception, True)
+    combined = _EXHAUSTED.get(kind)
+    if combined is None:
+        combined = _EXHAUSTED.setdefault(kind, _exhausted_kind(kind))
+    error = combined(attempt, report)
+    error._request = request
+    return error
 
 
 # The combined class of each kind of transport error, built on first use.
@@ -631,7 +653,10 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
             ``None`` sends none.
         deadline_headers: instead, the deadline dialects to send the time left in, by
             header name (:data:`~tenacity_budget.http.DIALECTS`; ``()`` sends none), e.g.
-            ``("X-Request-Timeout-Ms", "x-envoy-upstream-rq-timeout-ms")``.
+            ``("X-Request-Timeout-Ms", "x-envoy-upstream-rq-timeout-ms")``. With a
+            ``deadline_header`` other than the default, a ``TypeError``; the default
+            itself written out cannot be told apart and is accepted (then
+            ``deadline_headers`` alone is sent).
         budget: a retry budget (:class:`~tenacity_budget.RetryBudget`) every retry draws
             from, shared by the requests to one dependency.
 

@@ -18,12 +18,13 @@ from tenacity import retry_if_exception
 try:  # the real library: an absolute import, never this module
     import requests
     from requests.adapters import HTTPAdapter
+    from urllib3.util import Timeout as _Timeout
 except ImportError as exc:  # a missing extra, named at import
     raise ImportError(
         "tenacity_budget.requests needs requests: pip install 'tenacity-budget[requests]'"
     ) from exc
 
-from ._clients import RetryableStatus, exhausted, first_time_left
+from ._clients import RetryableStatus, exhausted, first_time_left, retry_cures
 from .context import deadline_scope, remaining
 from .exhaustion import BudgetExhausted
 from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
@@ -39,33 +40,64 @@ _UNBOUNDED = 1e9
 # The least timeout an admitted attempt is sent with: urllib3 reads 0 as "non-blocking".
 _LEAST = 0.001
 
-# Connection errors a retry cannot cure: a certificate, a proxy that refuses us.
-_NOT_RETRIED = (requests.exceptions.SSLError, requests.exceptions.ProxyError)
+# The transport errors of requests, and those a retry cannot cure (a TLS failure): the
+# rule of every client, retry_cures.
+_TRANSPORT = (requests.ConnectionError, requests.Timeout)
+_NOT_CURED = (requests.exceptions.SSLError,)
 
 
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, RetryableStatus):
-        return True
-    retried = isinstance(exc, requests.ConnectionError | requests.Timeout)
-    return retried and not isinstance(exc, _NOT_RETRIED)
+    return isinstance(exc, RetryableStatus) or retry_cures(exc, _TRANSPORT, _NOT_CURED)
 
 
 def _timeouts(own: Any, left: float) -> Any:
-    """The (connect, read) timeouts of an attempt: the time left, or the caller's if less."""
+    """The timeouts of an attempt: the time left, or the caller's own where less.
+
+    ``own`` is any ``timeout=`` requests takes: ``None``, seconds, a ``(connect, read)``
+    pair (each ``None`` or seconds), or a :class:`urllib3.util.Timeout` (given back as
+    one, its ``total``, when set, clamped too).
+    """
+    if isinstance(own, _Timeout):
+        return _urllib3_timeouts(own, left)
     if isinstance(own, tuple):
         connect, read = own
     elif isinstance(own, int | float) and not isinstance(own, bool):
         connect = read = own
-    else:  # None, or urllib3's Timeout (whose phases requests passes on as they are)
-        connect = getattr(own, "connect_timeout", None)
-        read = getattr(own, "read_timeout", None)
+    else:  # None
+        connect = read = None
     if left > _UNBOUNDED:
         return connect, read
     left = max(left, _LEAST)
-    return (
-        left if connect is None or connect > left else connect,
-        left if read is None or read > left else read,
+    return _least(connect, left), _least(read, left)
+
+
+def _urllib3_timeouts(own: _Timeout, left: float) -> _Timeout:
+    """A urllib3 ``Timeout`` for an attempt: each of ``own``'s phases and total, clamped."""
+    if left > _UNBOUNDED:
+        return own
+    left = max(left, _LEAST)
+    # Its phases without its total, read through its public properties: with a total set
+    # they depend on a connection started (TimeoutStateError) or fold the total in.
+    total = _seconds(own.total)
+    phases = own.clone()
+    phases.total = None
+    return _Timeout(
+        connect=_least(_seconds(phases.connect_timeout), left),
+        read=_least(_seconds(phases.read_timeout), left),
+        total=None if total is None else _least(total, left),
     )
+
+
+def _seconds(value: object) -> float | None:
+    """A timeout in seconds, ``None`` for none (urllib3's "default" marker included)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _least(own: float | None, left: float) -> float:
+    """``left``, or ``own`` where it is less."""
+    return left if own is None or own > left else own
 
 
 def _replayable(body: object) -> bool:
@@ -94,7 +126,10 @@ class BudgetAdapter(HTTPAdapter):
         methods: request methods to retry; any other is sent once, still bounded.
         deadline_header: the header carrying the time left in whole milliseconds.
         deadline_headers: the dialects (names of :data:`tenacity_budget.http.DIALECTS`)
-            to send instead; ``()`` sends none.
+            to send instead; ``()`` sends none. Given with a ``deadline_header`` other
+            than the default, a ``TypeError``; the default itself written out
+            (``"X-Request-Timeout-Ms"``) cannot be told apart and is accepted: then
+            ``deadline_headers`` alone is sent.
         budget: a :class:`~tenacity_budget.RetryBudget` every retry draws from.
         **adapter_kwargs: ``pool_connections``, ``pool_maxsize``, ``pool_block``.
 

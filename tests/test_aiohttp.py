@@ -8,7 +8,9 @@ happened (the attempt was cut, the error's kinds), never how long it took.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import socket
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -235,6 +237,60 @@ async def test_a_closed_port_raises_aiohttps_own_error_with_the_report(
     assert isinstance(error.__cause__, aiohttp.ClientConnectorError)
     assert not isinstance(error.__cause__, BudgetExhausted)
     assert error.host == "127.0.0.1"
+
+
+async def test_the_error_reads_as_aiohttps_own_and_pickles(virtual_clock: VirtualClock) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/"
+    async with client() as session:
+        with pytest.raises(aiohttp.ClientConnectorError) as info:
+            await session.get(url)
+    error, original = info.value, info.value.__cause__
+    assert isinstance(original, aiohttp.ClientConnectorError)
+    assert error.args == original.args != ()
+    assert error.errno == original.errno is not None  # ECONNREFUSED
+    assert error.strerror == original.strerror
+    assert error.os_error is original.os_error
+    assert error._conn_key == original._conn_key
+    assert (error.host, error.port, error.ssl) == (original.host, original.port, original.ssl)
+
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert isinstance(again, aiohttp.ClientConnectorError)
+    assert isinstance(again, BudgetExhausted)
+    assert repr(again.args) == repr(error.args)
+    assert again.errno == error.errno
+    assert (again.host, again.port) == (error.host, error.port)
+    assert again.report.attempts == error.report.attempts
+    assert isinstance(again.report.last_exception, aiohttp.ClientConnectorError)
+    assert str(again).partition("last:")[0] == str(error).partition("last:")[0]
+
+
+async def test_a_tls_failure_is_not_retried(virtual_clock: VirtualClock) -> None:
+    # https:// to a plain HTTP server: the TLS handshake fails, and would again.
+    async with serving(Script()) as url, client() as session:
+        with pytest.raises(aiohttp.ClientSSLError) as info:
+            await session.get(url.replace("http://", "https://", 1))
+    assert not isinstance(info.value, BudgetExhausted)  # sent once: nothing was retried
+    assert backoff(virtual_clock) == []
+
+
+def test_certificate_errors_are_not_retried_connection_errors_are() -> None:
+    from tenacity_budget.aiohttp import _retryable
+
+    key: Any = type("Key", (), {"host": "h", "port": 443, "ssl": True})()
+    cert = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    assert isinstance(
+        aiohttp.ClientConnectorCertificateError(key, cert), aiohttp.ClientConnectionError
+    )
+    assert not _retryable(aiohttp.ClientConnectorCertificateError(key, cert))
+    assert not _retryable(aiohttp.ClientConnectorSSLError(key, ssl.SSLError(1, "handshake")))
+    wrapped = aiohttp.ClientOSError(104, "reset")
+    wrapped.__cause__ = cert
+    assert not _retryable(wrapped)
+    assert _retryable(aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused")))
+    assert _retryable(aiohttp.ServerDisconnectedError())
+    assert _retryable(aiohttp.ServerTimeoutError("slow"))
+    assert not _retryable(aiohttp.InvalidURL("x"))
 
 
 async def test_a_server_that_never_answers_is_cut_when_the_time_is_up() -> None:

@@ -466,3 +466,75 @@ def test_any_header_lets_the_request_through_with_a_sane_time_left(
         assert cap is None or left <= cap
     else:
         assert cap is None
+
+
+@pytest.mark.parametrize(
+    "name", [b"x-envoy-expected-rq-timeout-ms", b"x-envoy-upstream-rq-timeout-ms"]
+)
+async def test_an_envoy_zero_is_no_timeout_never_shed(
+    name: bytes, virtual_clock: VirtualClock
+) -> None:
+    inner = Recorder()
+    app = DeadlineMiddleware(inner, shed_expired=True)
+    statuses = [(await call(app, headers=[(name, b"0")]))[0]["status"] for _ in range(10)]
+    assert statuses == [200] * 10  # 0 is "no timeout" to Envoy, not "expired"
+    assert inner.seen == [None] * 10  # no deadline at all
+    sent = await call(app, headers=[(name, b"0"), (b"grpc-timeout", b"2S")])
+    assert sent[0]["status"] == 200
+    assert inner.seen[-1] == 2.0  # another dialect's deadline still holds
+
+
+def test_the_shed_window_stays_bounded_under_healthy_traffic() -> None:
+    from tenacity_budget.asgi import REJECT_PERIOD, _ShedWindow
+
+    window = _ShedWindow()
+    for i in range(100_000):  # 100 s of 1000 requests a second, none expired
+        window.seen(i * 0.001)
+    assert len(window.requests) <= 10_001  # one slice per millisecond of the last 10 s
+    assert window.seen_count == sum(count for _, count in window.requests)
+    assert window.seen_count <= REJECT_PERIOD * 1000 + 1
+    for i in range(100_000):  # ten times as many, ten times as close: the same slices
+        window.seen(100.0 + i * 0.0001)
+    assert len(window.requests) <= 10_001
+    assert window.seen_count == 100_000  # exactly the last 10 s of requests
+
+
+async def test_healthy_traffic_through_the_middleware_keeps_the_window_bounded(
+    virtual_clock: VirtualClock,
+) -> None:
+    app = DeadlineMiddleware(Recorder(), shed_expired=True)
+    for _ in range(3_000):
+        await call(app, headers=[(b"x-request-timeout-ms", b"5000")])
+        virtual_clock.advance(0.005)  # 15 s in all
+    window = app._window
+    assert len(window.requests) <= 2_001  # the last 10 s only
+    assert not window.sheds
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(min_value=0.0, max_value=3.0), st.booleans()),
+        min_size=1,
+        max_size=300,
+    )
+)
+def test_a_shed_never_takes_the_sheds_past_a_fifth_of_ten_seconds_of_requests(
+    events: list[tuple[float, bool]],
+) -> None:
+    from tenacity_budget.asgi import _ShedWindow
+
+    window = _ShedWindow()
+    now = 1000.0
+    seen: list[float] = []
+    shed: list[float] = []
+    for gap, expired in events:
+        now += gap
+        window.seen(now)
+        seen.append(now)
+        if expired and window.may_shed(now):
+            shed.append(now)
+            # the window (t - 10, t] ending at each shed: sheds <= 20% of its requests
+            start = now - 10.0
+            in_window = sum(1 for t in seen if t > start)
+            assert sum(1 for t in shed if t > start) <= 0.2 * in_window

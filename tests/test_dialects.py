@@ -160,6 +160,9 @@ def test_parse_never_raises(name: str, value: str | bytes) -> None:
 def test_parse_reads_well_formed_values(name: str, value: str) -> None:
     parsed = DIALECTS[name].parse(value)
     grpc = name == "grpc-timeout"
+    if name.startswith("x-envoy-") and value.isdigit() and int(value) == 0:
+        assert parsed is None  # Envoy's 0 is "no timeout": no deadline (issue 17 review)
+        return
     assert (parsed is not None) == (grpc == (not value[-1].isdigit()))
 
 
@@ -199,3 +202,64 @@ def test_senders_of_deadline_headers_by_name_in_any_case() -> None:
 def test_senders_refuse_bad_options(header: str | None, headers: object, error: type) -> None:
     with pytest.raises(error):
         _deadline_senders(header, headers)  # type: ignore[arg-type]
+
+
+# -- the codecs' edges: every float written, non-finite never read --------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("digits", [312, 399, 400, 401, 1000, 5000])
+def test_parse_of_too_many_digits_is_none_not_infinite(name: str, digits: int) -> None:
+    value = "9" * digits + ("m" if name == "grpc-timeout" else "")
+    assert DIALECTS[name].parse(value) is None
+    assert DIALECTS[name].parse(value.encode("ascii")) is None
+
+
+@pytest.mark.parametrize(
+    "name", ["x-envoy-expected-rq-timeout-ms", "x-envoy-upstream-rq-timeout-ms"]
+)
+@pytest.mark.parametrize("value", ["0", "000", b"0", " 0\t"])
+def test_envoy_zero_is_no_timeout_not_expired(name: str, value: str | bytes) -> None:
+    assert DIALECTS[name].parse(value) is None  # 0 means "no timeout" to Envoy
+    assert DIALECTS[name].parse("1") == 0.001
+
+
+@pytest.mark.parametrize(
+    ("name", "smallest", "largest"),
+    [
+        ("x-envoy-expected-rq-timeout-ms", "1", "315576000000000"),
+        ("x-envoy-upstream-rq-timeout-ms", "1", "315576000000000"),
+        ("connect-timeout-ms", "0", "9999999999"),
+        ("grpc-timeout", "0n", "99999999H"),
+    ],
+)
+def test_format_clamps_every_infinity(name: str, smallest: str, largest: str) -> None:
+    dialect = DIALECTS[name]
+    assert dialect.format(-math.inf) == dialect.format(-1.0) == smallest
+    assert dialect.format(-1e308) == smallest
+    assert dialect.format(math.inf) == dialect.format(1.7e308) == largest
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(NAMES), st.floats(allow_nan=True, allow_infinity=True))
+def test_format_of_any_float(name: str, seconds: float) -> None:
+    dialect = DIALECTS[name]
+    ours = name == "x-request-timeout-ms"
+    if math.isnan(seconds) or (ours and math.isinf(seconds)):
+        # NaN is no time left at all, and our dialect (no largest value) needs a finite
+        # time: both refused (pinned by test_format_refuses_nan and test_http).
+        with pytest.raises(ValueError, match="time left"):
+            dialect.format(seconds)
+        return
+    parsed = dialect.parse(dialect.format(seconds))
+    assert parsed is not None
+    assert 0.0 <= parsed <= max(seconds, dialect.smallest)
+
+
+def test_the_default_deadline_header_written_out_beside_deadline_headers_is_accepted() -> None:
+    # It equals the default, so it cannot be told from it: deadline_headers alone is sent
+    # (documented in the clients' docstrings and docs/deadline-propagation.md).
+    senders = _deadline_senders("X-Request-Timeout-Ms", ("grpc-timeout",))
+    assert [name for name, _ in senders] == ["grpc-timeout"]
+    with pytest.raises(TypeError, match="not both"):
+        _deadline_senders("x-request-timeout-ms", ("grpc-timeout",))  # not the default

@@ -446,6 +446,16 @@ def test_retry_after_reads_any_object_with_headers() -> None:
     assert retry_after(httpx.Response(429, headers={"x-ms-retry-after-ms": "1500"})) == 1.5
 
 
+def test_retry_after_reads_headers_that_are_a_list_of_pairs() -> None:
+    # ASGI's raw headers, or a client's own list: read as they are, not passed over for a
+    # .response (here one whose headers say something else).
+    pairs = [(b"retry-after", b"7"), (b"content-type", b"text/plain")]
+    assert retry_after(_Headers(pairs)) == 7.0
+    both = _Headers([("Retry-After", "3")])
+    both.response = _Headers({"Retry-After": "60"})  # type: ignore[attr-defined]
+    assert retry_after(both) == 3.0
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
@@ -513,3 +523,62 @@ def test_a_wait_hint_in_milliseconds_drives_policy_retry(virtual_clock: VirtualC
 
     assert fetch() == "ok"
     assert virtual_clock.sleeps == [0.25, 1.5]
+
+
+# -- the errors of a spent budget pickle (httpx's; requests' and aiohttp's in their tests) --
+
+
+@pytest.mark.parametrize(
+    "error", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), httpx.ReadError("reset")]
+)
+def test_an_httpx_error_of_a_spent_budget_pickles(
+    error: httpx.TransportError, virtual_clock: VirtualClock
+) -> None:
+    import pickle
+
+    from tenacity_budget.httpx import BudgetTransport
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise error
+
+    policy = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none")
+    transport = BudgetTransport(policy, transport=httpx.MockTransport(refuse))
+    with httpx.Client(transport=transport) as client, pytest.raises(type(error)) as info:
+        client.get("http://service.test/x")
+    spent = info.value
+    assert isinstance(spent, BudgetExhausted)
+    again = pickle.loads(pickle.dumps(spent))
+    assert type(again) is type(spent)
+    assert isinstance(again, type(error))
+    assert isinstance(again, BudgetExhausted)
+    assert again.report.attempts == spent.report.attempts
+    assert again.report.reason is spent.report.reason
+    assert type(again.report.last_exception) is type(error)
+    assert again.last_attempt.exception() is again.report.last_exception
+    assert again.request.url == "http://service.test/x"
+    assert str(again) == str(spent)
+
+
+# -- one retry rule: TLS failures are not retried by httpx either -------------------------
+
+
+def test_httpx_does_not_retry_a_tls_failure() -> None:
+    from tenacity_budget.httpx import BudgetTransport, _retryable
+    from tenacity_budget.testing import virtual_clock
+    from tests._scripted import scripted_server
+
+    policy = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none")
+    with (
+        scripted_server() as url,
+        virtual_clock() as clock,
+        httpx.Client(transport=BudgetTransport(policy)) as client,
+        pytest.raises(httpx.ConnectError) as info,
+    ):
+        # https:// to a plain HTTP server: the TLS handshake fails, and would again.
+        client.get(url.replace("http://", "https://", 1) + "/whoami")
+    assert not isinstance(info.value, BudgetExhausted)  # sent once: nothing was retried
+    assert clock.sleeps == []
+    assert _retryable(httpx.ConnectError("refused"))
+    assert _retryable(httpx.RemoteProtocolError("eh"))
+    assert _retryable(httpx.ProxyError("proxy down"))
+    assert not _retryable(httpx.LocalProtocolError("bad request"))

@@ -7,7 +7,9 @@ with budgets of a fraction of a second, and assert what happened, never how long
 
 from __future__ import annotations
 
+import pickle
 import socket
+import ssl
 import sys
 import threading
 import uuid
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 import requests
+import urllib3
 
 import tenacity_budget.requests as budget_requests
 from tenacity_budget import BackoffPolicy, BudgetExhausted, ExhaustionReport, StopReason
@@ -47,8 +50,12 @@ def seen(server: str, key: str) -> list[dict[str, str]]:
 
 
 def session(adapter: BudgetAdapter) -> requests.Session:
+    return session_for("http://", adapter)
+
+
+def session_for(prefix: str, adapter: BudgetAdapter) -> requests.Session:
     s = requests.Session()
-    s.mount("http://", adapter)
+    s.mount(prefix, adapter)
     return s
 
 
@@ -119,6 +126,42 @@ def test_each_attempt_is_bounded_by_the_time_left(
     own: Any, left: float, expected: tuple[float | None, float | None]
 ) -> None:
     assert _timeouts(own, left) == expected
+
+
+def _phases(timeout: Any) -> tuple[Any, Any, Any]:
+    """What a urllib3 Timeout holds: (connect, read, total), as its repr states them."""
+    assert isinstance(timeout, urllib3.Timeout)
+    probe = timeout.clone()
+    total, probe.total = probe.total, None
+    return probe.connect_timeout, probe.read_timeout, total
+
+
+@pytest.mark.parametrize(
+    ("own", "left", "expected"),
+    [
+        (urllib3.Timeout(read=5), 3.0, (3.0, 3.0, None)),
+        (urllib3.Timeout(read=2), 3.0, (3.0, 2.0, None)),
+        (urllib3.Timeout(connect=1), 3.0, (1.0, 3.0, None)),
+        (urllib3.Timeout(total=3), 5.0, (5.0, 5.0, 3.0)),
+        (urllib3.Timeout(total=9), 5.0, (5.0, 5.0, 5.0)),
+        (urllib3.Timeout(connect=2, read=4, total=3), 5.0, (2.0, 4.0, 3.0)),
+        (urllib3.Timeout(connect=2, read=4, total=3), 1.5, (1.5, 1.5, 1.5)),
+        (urllib3.Timeout(), 0.0, (0.001, 0.001, None)),
+    ],
+)
+def test_a_urllib3_timeout_is_clamped_phase_by_phase(
+    own: urllib3.Timeout, left: float, expected: tuple[Any, Any, Any]
+) -> None:
+    before = _phases(own)
+    sent = _timeouts(own, left)
+    assert isinstance(sent, urllib3.Timeout)
+    assert _phases(sent) == expected
+    assert _phases(own) == before  # the caller's own is left as it was
+
+
+def test_a_urllib3_timeout_without_a_bound_on_the_time_left_is_the_callers() -> None:
+    own = urllib3.Timeout(connect=1, read=2, total=3)
+    assert _timeouts(own, 1e12) is own
 
 
 # -- real servers ----------------------------------------------------------------------------
@@ -207,6 +250,25 @@ def test_a_custom_deadline_header_name_in_our_format(server: str) -> None:
     assert seen(server, key)[0]["x-deadline"] == "12000"
 
 
+@pytest.mark.parametrize(
+    "timeout",
+    [
+        None,
+        5.0,
+        (3.0, 4.0),
+        (None, 4.0),
+        urllib3.Timeout(read=5),
+        urllib3.Timeout(total=3),
+        urllib3.Timeout(connect=2, read=4, total=3),
+    ],
+)
+def test_every_timeout_form_requests_takes_is_sent(server: str, timeout: Any) -> None:
+    url, key = script(server, 503)
+    with virtual_clock(), session(BudgetAdapter(POLICY)) as s:
+        assert s.get(url, timeout=timeout).status_code == 200
+    assert len(seen(server, key)) == 2  # the 503 retried, with the caller's timeout each time
+
+
 def test_the_callers_own_timeout_still_holds(server: str) -> None:
     url, _ = script(server)
     with virtual_clock(), session(BudgetAdapter(POLICY)) as s:
@@ -234,6 +296,118 @@ def test_a_closed_port_raises_requests_own_error_with_the_report() -> None:
     assert error.request.url == url
     assert clock.sleeps == POLICY.waits()
     assert "attempts" in str(error)
+
+
+def test_the_error_reads_as_requests_own_and_pickles() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/"
+    with (
+        virtual_clock(),
+        session(BudgetAdapter(POLICY)) as s,
+        pytest.raises(requests.ConnectionError) as info,
+    ):
+        s.get(url)
+    error, original = info.value, info.value.__cause__
+    assert isinstance(original, requests.ConnectionError)
+    assert error.args == original.args != ()
+    assert isinstance(error.args[0], urllib3.exceptions.MaxRetryError)
+    for field in ("errno", "strerror", "filename", "filename2"):
+        assert getattr(error, field) == getattr(original, field)
+    assert error.request is original.request
+    assert error.response is original.response
+
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert isinstance(again, requests.ConnectionError)
+    assert isinstance(again, BudgetExhausted)
+    # urllib3's MaxRetryError pickles without its pool: as the original itself does
+    assert repr(again.args) == repr(pickle.loads(pickle.dumps(original)).args)
+    assert again.request.url == url
+    assert again.report.attempts == error.report.attempts
+    assert again.report.reason is error.report.reason
+    assert isinstance(again.report.last_exception, requests.ConnectionError)
+    assert not isinstance(again.report.last_exception, BudgetExhausted)
+    assert again.last_attempt.exception() is again.report.last_exception
+    assert str(again).partition("last:")[0] == str(error).partition("last:")[0]
+
+
+class Odd(requests.ConnectionError):
+    """A connection error whose __init__ does not take its args."""
+
+    def __init__(self, code: int, path: str) -> None:
+        super().__init__(code, f"refused: {path}", path)
+        self.path = path
+
+
+def test_an_oserror_kind_keeps_its_fields_and_pickles() -> None:
+    from tenacity import Future
+
+    from tenacity_budget._clients import exhausted
+
+    last = Odd(111, "/sock")
+    attempt = Future.construct(3, last, True)
+    error: Any = exhausted(last, BudgetExhausted(attempt))
+    assert isinstance(error, Odd)
+    assert isinstance(error, BudgetExhausted)
+    assert (error.errno, error.strerror, error.filename) == (111, "refused: /sock", "/sock")
+    assert error.args == last.args
+    assert error.path == "/sock"
+    assert error.report.attempts == 3
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.errno, again.strerror, again.filename, again.path) == (
+        111,
+        "refused: /sock",
+        "/sock",
+        "/sock",
+    )
+    assert isinstance(again, Odd)
+    assert isinstance(again, BudgetExhausted)
+
+
+def test_a_tls_failure_is_not_retried(server: str) -> None:
+    # https:// to a plain HTTP server: the TLS handshake fails, and would again.
+    url, _ = script(server)
+    with (
+        virtual_clock() as clock,
+        session_for("https://", BudgetAdapter(POLICY)) as s,
+        pytest.raises(requests.exceptions.SSLError) as info,
+    ):
+        s.get(url.replace("http://", "https://", 1))
+    assert not isinstance(info.value, BudgetExhausted)  # sent once: nothing was retried
+    assert clock.sleeps == []
+
+
+def test_a_proxy_that_cannot_be_reached_is_retried_as_httpx_does() -> None:
+    proxy = f"http://127.0.0.1:{closed_port()}"
+    with (
+        virtual_clock() as clock,
+        session(BudgetAdapter(POLICY)) as s,
+        pytest.raises(requests.exceptions.ProxyError) as info,
+    ):
+        s.get("http://service.test/", proxies={"http": proxy})
+    assert isinstance(info.value, BudgetExhausted)
+    assert info.value.report.attempts == len(POLICY.waits()) + 1
+    assert clock.sleeps == POLICY.waits()
+
+
+def test_the_retry_rule_is_the_shared_one() -> None:
+    from tenacity_budget._clients import retry_cures
+    from tenacity_budget.requests import _retryable
+
+    cert = requests.exceptions.SSLError("certificate verify failed")
+    wrapped = requests.ConnectionError("refused")
+    wrapped.__cause__ = ssl.SSLCertVerificationError("certificate verify failed")
+    assert not _retryable(cert)
+    assert not _retryable(wrapped)
+    assert not retry_cures(wrapped, (requests.ConnectionError,), ())  # found in the causes
+    for error in (
+        requests.ConnectionError("refused"),
+        requests.ConnectTimeout("slow"),
+        requests.ReadTimeout("slow"),
+        requests.exceptions.ProxyError("proxy down"),
+    ):
+        assert _retryable(error)
+    assert not _retryable(requests.exceptions.InvalidURL("x"))
+    assert not _retryable(ValueError("x"))
 
 
 def test_a_closed_port_for_a_post_raises_the_plain_error() -> None:
