@@ -389,6 +389,8 @@ def blocks(
         "transport": _transport(results["transport"]),
         "http-clients": _http_clients(results["http_clients"]),
         "celery-plan": _celery_plan(results["celery_plan"]),
+        "budget-ops": _budget_ops(results["budget_ops"]),
+        "import-time": _import_time(results["import_time"]),
     }
 
 
@@ -994,6 +996,59 @@ def _celery_plan(data: dict[str, Any]) -> str:
     return f"The policy affords {data['policy_retries']:,} retries.\n\n" + _table(
         ["at retry", "path", "one retry planned (median)", "rounds' spread"], rows, "rlrr"
     )
+
+
+def _operation(name: str, reference: str) -> str:
+    if name == reference:
+        return name
+    method, _, extra = name.partition(" ")
+    return f"`{method}` {extra}".rstrip()
+
+
+def _budget_ops(data: dict[str, Any]) -> str:
+    rows = [
+        [
+            _operation(name, data["reference"]),
+            fmt_ns(row["min_ns"]),
+            fmt_ns(row["median_ns"]),
+            "1 (reference)"
+            if name == data["reference"]
+            else _ratio_cell(row["ratio"], *row["spread"]),
+        ]
+        for name, row in data["operations"].items()
+    ]
+    met = all(data["target_met"].values())
+    return (
+        f"{data['rounds']} rounds of {data['repeat']} interleaved batches per operation.\n\n"
+        + _table(["operation", "one call (min)", "(median)", "ratio to the reference"], rows)
+        + f"\nTarget, {data['target']}: {_verdict(met)}.\n"
+    )
+
+
+def _import_time(data: dict[str, Any]) -> str:
+    rows = [
+        [f"`{name}`", f"{us / 1000:.1f} ms", f"{data['ratio_to_tenacity'][name]:.2f}x"]
+        for name, us in data["median_us"].items()
+    ]
+    out = (
+        f"`-X importtime`, the statement's cumulative import time, median of {data['runs']} "
+        "fresh interpreters.\n\n"
+        + _table(["statement", "import time (median)", "ratio to `import tenacity`"], rows)
+        + f"\nTarget, `import tenacity_budget` at most 2x `import tenacity`: "
+        f"{_verdict(data['target_met'])}.\n"
+    )
+    if "programs_median_ns" in data:
+        prog_rows = [
+            [f"`{name}`", f"{ns / 1e6:.1f} ms", str(len(data["programs_wall_ns"][name]))]
+            for name, ns in data["programs_median_ns"].items()
+        ]
+        out += (
+            "\nIssue 16's figure, process wall time of a fresh interpreter:\n\n"
+            + _table(["program", "wall time (median)", "interpreters"], prog_rows, "lrr")
+            + f"\nRatio {data['policy_to_floor']:.3f}x; target at most 1.10x: "
+            f"{_verdict(data['policy_target_met'])}.\n"
+        )
+    return out
 
 
 # -- entry point --------------------------------------------------------------------------
