@@ -1,13 +1,14 @@
-"""Render the benchmark results into ``docs/benchmarks.md`` and the contention figures.
+"""Render the benchmark results into ``docs/benchmarks.md``, ``benchmarks/README.md`` and figures.
 
-Reads ``benchmarks/results/{solver,overhead,memory,contention,storm}.json`` (written by the
-benchmark commands) and
+Reads ``benchmarks/results/*.json`` (the files in :data:`RESULTS`, written by the benchmark
+commands) and the shape figures :func:`benchmarks.shape.measure` computes from the code now,
+and
 
-* replaces every generated block of ``docs/benchmarks.md`` (the lines between
-  ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``) with tables made
-  from those files, leaving the prose around them alone;
-* draws ``docs/figures/contention-writes.svg``, ``contention-time.svg`` and
-  ``contention-budget.svg`` from the contention results, deterministically (fixed
+* replaces every generated block of ``docs/benchmarks.md`` and ``benchmarks/README.md``
+  (the lines between ``<!-- BEGIN GENERATED: name -->`` and
+  ``<!-- END GENERATED: name -->``) with tables made from them, leaving the prose alone;
+  the README holds the issue 16 ``targets`` and ``shape`` tables, the same as the docs';
+* draws ``docs/figures/contention-*.svg`` and ``storm.svg`` deterministically (fixed
   ``svg.hashsalt``, no date in the metadata): the same results give the same bytes.
 
 So the numbers and figures in the docs come from the same runs. Run::
@@ -32,6 +33,7 @@ from ._common import RESULTS_DIR, fmt_ns
 
 __all__ = [
     "FIGURES",
+    "OVERHEAD_TARGETS",
     "STORM_FIGURES",
     "blocks",
     "figures",
@@ -125,13 +127,15 @@ def _machine(results: dict[str, dict[str, Any]]) -> str:
             data["date"],
             f"`{data['machine'].get('commit') or 'unknown'}`",
             data["machine"]["python"],
+            data["machine"]["cpu"],
         ]
         for data in results.values()
     ]
     return (
-        f"Machine: {first['cpu']}, {first['cpus']} CPUs (`nproc`), {first['platform']}; "
+        f"Machine (of the solver's run; each run's CPU is in the table): {first['cpu']}, "
+        f"{first['cpus']} CPUs (`nproc`), {first['platform']}; "
         f"{first['implementation']} {first['python']}; {packages}.\n\n"
-        + _table(["command", "date", "library at commit", "Python"], rows, "llcc")
+        + _table(["command", "date", "library at commit", "Python", "CPU"], rows, "llccl")
     )
 
 
@@ -667,6 +671,53 @@ SHAPE_BEFORE = {
 """The shape figures measured on e074a27, as issue 16 states them."""
 
 
+OVERHEAD_TARGETS = (
+    (
+        "per_call",
+        "ours wait()+stop()",
+        "`wait=policy.wait(), stop=policy.stop()` per call, {k} retries, vs tenacity's pair",
+        "1.10x",
+        1.00,
+    ),
+    (
+        "per_call",
+        "ours policy.retry()",
+        "`policy.retry()` per call, {k} retries, vs tenacity's pair",
+        "1.19x",
+        1.05,
+    ),
+    (
+        "per_call",
+        "ours policy.retry(budget=RetryBudget())",
+        "`policy.retry(budget=RetryBudget())` per call, {k} retries",
+        "1.34x",
+        1.10,
+    ),
+    (
+        "per_call",
+        "ours async policy.retry(hard_deadline=True)",
+        "async `hard_deadline=True` per call, {k} retries, vs `AsyncRetrying`",
+        "1.43x",
+        1.15,
+    ),
+    (
+        "first_try",
+        "ours policy.retry()",
+        "first-try success, `policy.retry()` vs tenacity's `@retry`",
+        "1.50x",
+        1.10,
+    ),
+    (
+        "first_try",
+        "ours async policy.retry(hard_deadline=True)",
+        "first-try success, async `hard_deadline=True` vs `AsyncRetrying`",
+        "1.75x",
+        1.30,
+    ),
+)
+"""Issue 16's overhead rows: section of ``targets``, candidate, figure, value on e074a27, limit."""
+
+
 def _verdict(met: bool) -> str:
     return "met" if met else "**not met**"
 
@@ -692,53 +743,9 @@ def _targets(results: dict[str, dict[str, Any]]) -> str:
     k = overhead["k"]
     if targets:
         per_call, first = targets["per_call"], targets["first_try"]
-        specs = [
-            (
-                per_call,
-                "ours wait()+stop()",
-                f"`wait=policy.wait(), stop=policy.stop()` per call, {k} retries, "
-                "vs tenacity's pair",
-                "1.10x",
-                1.00,
-            ),
-            (
-                per_call,
-                "ours policy.retry()",
-                f"`policy.retry()` per call, {k} retries, vs tenacity's pair",
-                "1.19x",
-                1.05,
-            ),
-            (
-                per_call,
-                "ours policy.retry(budget=RetryBudget())",
-                f"`policy.retry(budget=RetryBudget())` per call, {k} retries",
-                "1.34x",
-                1.10,
-            ),
-            (
-                per_call,
-                "ours async policy.retry(hard_deadline=True)",
-                f"async `hard_deadline=True` per call, {k} retries, vs `AsyncRetrying`",
-                "1.43x",
-                1.15,
-            ),
-            (
-                first,
-                "ours policy.retry()",
-                "first-try success, `policy.retry()` vs tenacity's `@retry`",
-                "1.50x",
-                1.10,
-            ),
-            (
-                first,
-                "ours async policy.retry(hard_deadline=True)",
-                "first-try success, async `hard_deadline=True` vs `AsyncRetrying`",
-                "1.75x",
-                1.30,
-            ),
-        ]
-        for section, name, figure, before, limit in specs:
-            row = section[name]
+        for section, name, figure, before, limit in OVERHEAD_TARGETS:
+            row = (per_call if section == "per_call" else first)[name]
+            figure = figure.format(k=k)
             now = f"{row['ratio']:.3f}x (spread {row['spread']:.3f})"
             rows.append(_target_row(figure, before, now, row["ratio"], limit))
     else:

@@ -92,3 +92,13 @@ def test_the_shape_table_judges_each_figure() -> None:
     assert "| 1 (a -> b) | 0 | **not met** |" in body
     assert "| <= 12 | **not met** |" in body
     assert "| 51 | <= 50 | **not met** |" in body
+
+
+def test_the_overhead_limits_are_those_overhead_py_judges_by() -> None:
+    from benchmarks.overhead import FIRST_TRY_TARGETS, TARGETS
+
+    limits = {"per_call": TARGETS, "first_try": FIRST_TRY_TARGETS}
+    rendered = {(section, name): limit for section, name, _, _, limit in report.OVERHEAD_TARGETS}
+    assert rendered == {
+        (section, name): limit for section, table in limits.items() for name, limit in table.items()
+    }
