@@ -1,13 +1,14 @@
-"""Render the benchmark results into ``docs/benchmarks.md`` and the contention figures.
+"""Render the benchmark results into ``docs/benchmarks.md``, ``benchmarks/README.md`` and figures.
 
-Reads ``benchmarks/results/{solver,overhead,memory,contention,storm}.json`` (written by the
-benchmark commands) and
+Reads ``benchmarks/results/*.json`` (the files in :data:`RESULTS`, written by the benchmark
+commands) and the shape figures :func:`benchmarks.shape.measure` computes from the code now,
+and
 
-* replaces every generated block of ``docs/benchmarks.md`` (the lines between
-  ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``) with tables made
-  from those files, leaving the prose around them alone;
-* draws ``docs/figures/contention-writes.svg``, ``contention-time.svg`` and
-  ``contention-budget.svg`` from the contention results, deterministically (fixed
+* replaces every generated block of ``docs/benchmarks.md`` and ``benchmarks/README.md``
+  (the lines between ``<!-- BEGIN GENERATED: name -->`` and
+  ``<!-- END GENERATED: name -->``) with tables made from them, leaving the prose alone;
+  the README holds the issue 16 ``targets`` and ``shape`` tables, the same as the docs';
+* draws ``docs/figures/contention-*.svg`` and ``storm.svg`` deterministically (fixed
   ``svg.hashsalt``, no date in the metadata): the same results give the same bytes.
 
 So the numbers and figures in the docs come from the same runs. Run::
@@ -32,10 +33,12 @@ from ._common import RESULTS_DIR, fmt_ns
 
 __all__ = [
     "FIGURES",
+    "OVERHEAD_TARGETS",
     "STORM_FIGURES",
     "blocks",
     "figures",
     "main",
+    "readme_blocks",
     "render_doc",
     "storm_blocks",
     "storm_figures",
@@ -43,6 +46,20 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
+README = ROOT / "benchmarks" / "README.md"
+RESULTS = (
+    "solver",
+    "overhead",
+    "memory",
+    "contention",
+    "storm",
+    "transport",
+    "http_clients",
+    "celery_plan",
+    "budget_ops",
+    "import_time",
+)
+"""The results files this script reads, in the order of the machine table."""
 FIGURE_DIR = ROOT / "docs" / "figures"
 FIGURES = ("contention-writes.svg", "contention-time.svg", "contention-budget.svg")
 STORM_FIGURES = ("storm.svg",)
@@ -110,13 +127,15 @@ def _machine(results: dict[str, dict[str, Any]]) -> str:
             data["date"],
             f"`{data['machine'].get('commit') or 'unknown'}`",
             data["machine"]["python"],
+            data["machine"]["cpu"],
         ]
         for data in results.values()
     ]
     return (
-        f"Machine: {first['cpu']}, {first['cpus']} CPUs (`nproc`), {first['platform']}; "
+        f"Machine (of the solver's run; each run's CPU is in the table): {first['cpu']}, "
+        f"{first['cpus']} CPUs (`nproc`), {first['platform']}; "
         f"{first['implementation']} {first['python']}; {packages}.\n\n"
-        + _table(["command", "date", "library at commit", "Python"], rows, "llcc")
+        + _table(["command", "date", "library at commit", "Python", "CPU"], rows, "llccl")
     )
 
 
@@ -347,10 +366,16 @@ def _contention_budget_writes(data: dict[str, Any]) -> str:
     return _contention_table(data, "budgeted_writes_mean", lambda v: f"{v:,.0f}")
 
 
-def blocks(results: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """The body of every generated block of ``docs/benchmarks.md``, by block name."""
+def blocks(
+    results: dict[str, dict[str, Any]], shape: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """The body of every generated block of ``docs/benchmarks.md``, by block name.
+
+    ``shape`` is :func:`benchmarks.shape.measure`'s figures; measured now when not given.
+    """
     contention = results["contention"]
     return {
+        **readme_blocks(results, shape),
         "machine": _machine(results),
         "solver": _solver(results["solver"]),
         "overhead": _overhead(results["overhead"]),
@@ -365,24 +390,42 @@ def blocks(results: dict[str, dict[str, Any]]) -> dict[str, str]:
         "contention-budget": _contention_budget(contention),
         "contention-budget-writes": _contention_budget_writes(contention),
         **storm_blocks(results["storm"]),
+        "transport": _transport(results["transport"]),
+        "http-clients": _http_clients(results["http_clients"]),
+        "celery-plan": _celery_plan(results["celery_plan"]),
+        "budget-ops": _budget_ops(results["budget_ops"]),
+        "import-time": _import_time(results["import_time"]),
     }
 
 
-def render_doc(text: str, bodies: dict[str, str]) -> str:
+def readme_blocks(
+    results: dict[str, dict[str, Any]], shape: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """The generated blocks ``benchmarks/README.md`` shares with ``docs/benchmarks.md``."""
+    if shape is None:
+        from dataclasses import asdict
+
+        from .shape import measure
+
+        shape = asdict(measure())
+    return {"targets": _targets(results), "shape": _shape(shape)}
+
+
+def render_doc(text: str, bodies: dict[str, str], where: str = "docs/benchmarks.md") -> str:
     """``text`` with every generated block's body replaced; unknown blocks are an error."""
     seen: set[str] = set()
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
         if name not in bodies:
-            raise SystemExit(f"docs/benchmarks.md has an unknown generated block {name!r}")
+            raise SystemExit(f"{where} has an unknown generated block {name!r}")
         seen.add(name)
         return match.group(1) + bodies[name] + match.group(4)
 
     rendered = _BLOCK.sub(replace, text)
     missing = set(bodies) - seen
     if missing:
-        raise SystemExit(f"docs/benchmarks.md lacks generated blocks: {sorted(missing)}")
+        raise SystemExit(f"{where} lacks generated blocks: {sorted(missing)}")
     return rendered
 
 
@@ -616,6 +659,405 @@ def storm_figures(storm: dict[str, Any]) -> dict[str, bytes]:
     return {"storm.svg": buffer.getvalue()}
 
 
+# -- issue 16's targets, the shape figures, transports, HTTP clients, Celery planning -----
+
+SHAPE_BEFORE = {
+    "cycles": "2",
+    "cc_max": "43 (`compute_max_attempts`)",
+    "cc_over_10": "12",
+    "public_all": "128",
+    "docstring": "26 / 70 lines",
+}
+"""The shape figures measured on e074a27, as issue 16 states them."""
+
+
+OVERHEAD_TARGETS = (
+    (
+        "per_call",
+        "ours wait()+stop()",
+        "`wait=policy.wait(), stop=policy.stop()` per call, {k} retries, vs tenacity's pair",
+        "1.10x",
+        1.00,
+    ),
+    (
+        "per_call",
+        "ours policy.retry()",
+        "`policy.retry()` per call, {k} retries, vs tenacity's pair",
+        "1.19x",
+        1.05,
+    ),
+    (
+        "per_call",
+        "ours policy.retry(budget=RetryBudget())",
+        "`policy.retry(budget=RetryBudget())` per call, {k} retries",
+        "1.34x",
+        1.10,
+    ),
+    (
+        "per_call",
+        "ours async policy.retry(hard_deadline=True)",
+        "async `hard_deadline=True` per call, {k} retries, vs `AsyncRetrying`",
+        "1.43x",
+        1.15,
+    ),
+    (
+        "first_try",
+        "ours policy.retry()",
+        "first-try success, `policy.retry()` vs tenacity's `@retry`",
+        "1.50x",
+        1.10,
+    ),
+    (
+        "first_try",
+        "ours async policy.retry(hard_deadline=True)",
+        "first-try success, async `hard_deadline=True` vs `AsyncRetrying`",
+        "1.75x",
+        1.30,
+    ),
+)
+"""Issue 16's overhead rows: section of ``targets``, candidate, figure, value on e074a27, limit."""
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "**not met**"
+
+
+def _ratio_cell(ratio: float, lo: float | None = None, hi: float | None = None) -> str:
+    if lo is None or hi is None:
+        return f"{ratio:.3f}x"
+    return f"{ratio:.3f}x ({lo:.3f}-{hi:.3f})"
+
+
+def _target_row(
+    figure: str, before: str, now: str, value: float, limit: float, at_least: bool = False
+) -> list[str]:
+    met = value >= limit if at_least else value <= limit
+    target = f"{'>=' if at_least else '<='} {limit:.2f}x"
+    return [figure, before, now, target, _verdict(met)]
+
+
+def _targets(results: dict[str, dict[str, Any]]) -> str:
+    overhead = results["overhead"]
+    rows: list[list[str]] = []
+    targets = overhead.get("targets")
+    k = overhead["k"]
+    if targets:
+        per_call, first = targets["per_call"], targets["first_try"]
+        for section, name, figure, before, limit in OVERHEAD_TARGETS:
+            row = (per_call if section == "per_call" else first)[name]
+            figure = figure.format(k=k)
+            now = f"{row['ratio']:.3f}x (spread {row['spread']:.3f})"
+            rows.append(_target_row(figure, before, now, row["ratio"], limit))
+    else:
+        rows.append(
+            [
+                "per-call and first-try ratios",
+                "see issue 16",
+                "not measured: run `python -m benchmarks.overhead --k 5`",
+                "",
+                "",
+            ]
+        )
+    transport = results["transport"]
+    for kind, label, before in (
+        ("sync", "`BudgetTransport`", "0.885x (+49 µs a request)"),
+        ("async", "`AsyncBudgetTransport`", "0.885x for both (+103 µs a request async)"),
+    ):
+        r = transport[kind]["BudgetTransport"]["rps_ratio"]
+        now = _ratio_cell(r["ratio"], *r["spread"])
+        rows.append(
+            _target_row(
+                f"{label} requests per second vs plain httpx ({kind})",
+                before,
+                now,
+                r["ratio"],
+                0.97,
+                at_least=True,
+            )
+        )
+    clients = results["http_clients"]
+    for name, label in (
+        ("requests", "requests `BudgetAdapter` vs plain requests (issue 17)"),
+        ("aiohttp", "aiohttp `budget_middleware` vs plain aiohttp (issue 17)"),
+    ):
+        cpu, wall = clients[name]["cpu"], clients[name]["wall"]
+        now = (
+            f"CPU {_ratio_cell(cpu['median'], cpu['min'], cpu['max'])}; "
+            f"wall {_ratio_cell(wall['median'], wall['min'], wall['max'])}"
+        )
+        rows.append(
+            _target_row(
+                label, "not given", now, min(cpu["median"], wall["median"]), 0.97, at_least=True
+            )
+        )
+    ops = results["budget_ops"]
+    for name, before in (
+        ("try_withdraw (granted)", "3.5x (`try_withdraw`)"),
+        ("try_withdraw (refused)", "3.5x (`try_withdraw`)"),
+        ("deposit", "not given"),
+    ):
+        r = ops["operations"][name]
+        method, _, extra = name.partition(" ")
+        extra = f" {extra}" if extra else ""
+        now = _ratio_cell(r["ratio"], *r["spread"])
+        rows.append(
+            _target_row(
+                f"`RetryBudget.{method}`{extra} vs a bare `with lock: n += 1`",
+                before,
+                now,
+                r["ratio"],
+                2.0,
+            )
+        )
+    imports = results["import_time"]
+    if "policy_to_floor" in imports:
+        programs = list(imports["programs_wall_ns"].values())
+        floor, policy = programs[0], programs[1]
+        per_run = [p / f for p, f in zip(policy, floor, strict=True)]
+        now = (
+            f"{imports['policy_to_floor']:.3f}x (median of {len(floor)} interpreters each; "
+            f"run by run {min(per_run):.3f}-{max(per_run):.3f})"
+        )
+        rows.append(
+            _target_row(
+                "`from tenacity_budget import BackoffPolicy; BackoffPolicy(...)` vs "
+                "`import tenacity` + a trivial pydantic model, process wall time",
+                "not given",
+                now,
+                imports["policy_to_floor"],
+                1.10,
+            )
+        )
+    construction = results["solver"].get("construction")
+    if construction:
+        slowest = construction["slowest_accepted"]
+        ns = slowest["min_ns"]
+        refused = fmt_ns(construction["slowest_refused_ns"])
+        now = f"{fmt_ns(ns)}: {slowest['case']}; a refusal past the line {refused}"
+        rows.append(
+            [
+                "slowest `BackoffPolicy` construction accepted",
+                "538 ms (`base=5e-324, factor=1+2**-40`)",
+                now,
+                "<= 10 ms",
+                _verdict(ns <= 10e6),
+            ]
+        )
+    return (
+        "Issue 16's figures (and issue 17's HTTP clients): the value measured on e074a27 as "
+        "the issue states it, the value now from `benchmarks/results/*.json` (the median, "
+        "with the rounds' lowest and highest, or their spread = highest - lowest), the "
+        "target, and whether it is met. Ratios below 1 are faster for times; for requests "
+        "per second, above 1 is faster.\n\n"
+        + _table(["figure", "before (e074a27)", "now", "target", "met?"], rows, "lllcc")
+    )
+
+
+def _shape(shape: dict[str, Any]) -> str:
+    cycles = shape["cycles"]
+    over = shape["cc_over_10"]
+    rows = [
+        [
+            "import cycles among `tenacity_budget`'s modules "
+            "(function-level and `TYPE_CHECKING` imports counted)",
+            SHAPE_BEFORE["cycles"],
+            f"{len(cycles)}"
+            + (f" ({'; '.join(' -> '.join(c) for c in cycles)})" if cycles else ""),
+            "0",
+            _verdict(not cycles),
+        ],
+        [
+            "highest cyclomatic complexity (radon)",
+            SHAPE_BEFORE["cc_max"],
+            f"{shape['cc_max']} (`{shape['cc_max_where']}`)",
+            "<= 12",
+            _verdict(shape["cc_max"] <= 12),
+        ],
+        ["functions over 10", SHAPE_BEFORE["cc_over_10"], str(len(over)), "", ""],
+        [
+            "names in the `__all__` of the public modules together",
+            SHAPE_BEFORE["public_all"],
+            str(shape["public_all"]),
+            "<= 50",
+            _verdict(shape["public_all"] <= 50),
+        ],
+        [
+            "mean / longest module docstring",
+            SHAPE_BEFORE["docstring"],
+            f"{shape['docstring_mean']:g} / {shape['docstring_max']} lines "
+            f"(`{shape['docstring_max_where']}`)",
+            "<= 12 lines each",
+            _verdict(shape["docstring_max"] <= 12),
+        ],
+    ]
+    listing = ", ".join(f"`{item.rsplit(' ', 1)[0]}` {item.rsplit(' ', 1)[1]}" for item in over)
+    return (
+        f"Computed from the code when the page is rendered (`python -m benchmarks.shape`, "
+        f"{shape['modules']} modules), so `--check` fails when the code drifts from this "
+        "table.\n\n"
+        + _table(["figure", "before (e074a27)", "now", "target", "met?"], rows, "lllcc")
+        + (f"\nFunctions over 10: {listing}.\n" if over else "")
+    )
+
+
+def _transport(data: dict[str, Any]) -> str:
+    rows = []
+    for kind in ("sync", "async"):
+        for name, row in data[kind].items():
+            if not isinstance(row, dict):
+                continue
+            cells = [f"{kind} {name}", f"{row['rps']:,.0f}", f"{row['wall_us']:.1f} µs"]
+            cells += [f"{row['client_cpu_us']:.1f} µs", f"{row['server_cpu_us']:.1f} µs"]
+            if "rps_ratio" in row:
+                r = row["rps_ratio"]
+                cells += [
+                    _ratio_cell(r["ratio"], *r["spread"]),
+                    f"+{row['client_overhead_us']:.1f} µs",
+                ]
+            else:
+                cells += ["1 (reference)", ""]
+            rows.append(cells)
+    verdicts = "; ".join(
+        f"{kind} {_verdict(data[kind]['target_met'])}" for kind in ("sync", "async")
+    )
+    return (
+        f"{data['rounds']} rounds of {data['pairs']} batch groups of {data['batch']} requests, "
+        f"a {data['body_bytes']}-byte body; the budget client's policy: `{data['policy']}`.\n\n"
+        + _table(
+            [
+                "client",
+                "requests/s",
+                "wall per request",
+                "client CPU",
+                "server CPU",
+                "requests/s ratio",
+                "client CPU added",
+            ],
+            rows,
+        )
+        + f"\nTarget, at least 0.97x plain httpx's requests per second: {verdicts}.\n"
+    )
+
+
+def _http_clients(data: dict[str, Any]) -> str:
+    rows = []
+    for name, label in (
+        ("requests", "requests + `BudgetAdapter`"),
+        ("aiohttp", "aiohttp + `budget_middleware`"),
+    ):
+        wall, cpu = data[name]["wall"], data[name]["cpu"]
+        per = data["per_request_us"]
+        plain = per[name]
+        budgeted = next(v for k, v in per.items() if k.startswith(name + "+"))
+        cells = [
+            label,
+            f"{plain['wall']:.1f} / {budgeted['wall']:.1f} µs",
+            _ratio_cell(wall["median"], wall["min"], wall["max"]),
+            f"{plain['cpu']:.1f} / {budgeted['cpu']:.1f} µs",
+            _ratio_cell(cpu["median"], cpu["min"], cpu["max"]),
+        ]
+        instructions = data.get("instructions_per_request", {}).get(name)
+        cells.append(f"{instructions['ratio']:.3f}x" if instructions else "not counted")
+        rows.append(cells)
+    out = (
+        f"{data['rounds']} rounds of {data['batch']} requests per candidate; a ratio is the "
+        "plain client's time over the budgeted one's (>= 1 is as fast).\n\n"
+        + _table(
+            [
+                "client",
+                "wall per request, plain / budgeted",
+                "wall ratio",
+                "CPU per request, plain / budgeted",
+                "CPU ratio",
+                "instructions ratio (callgrind)",
+            ],
+            rows,
+        )
+    )
+    dribble = data.get("dribble")
+    if dribble:
+        ends = []
+        for name in ("requests", "aiohttp"):
+            entry = dribble[name]
+            how = f"HTTP {entry['result']}" if "result" in entry else f"`{entry['raised']}`"
+            ends.append(f"{name} ended after {entry['ended_after_s']:.3f} s ({how})")
+        out += (
+            f"\nThe dribbling server (one byte every {dribble['every_s']:g} s, a "
+            f"{dribble['budget_s']:g} s budget): " + "; ".join(ends) + ".\n"
+        )
+    return out
+
+
+def _celery_plan(data: dict[str, Any]) -> str:
+    rows = []
+    for retry, candidates in data["per_retry"].items():
+        for name, t in candidates.items():
+            rows.append(
+                [
+                    f"{int(retry):,}",
+                    name,
+                    fmt_ns(t["median_ns"]),
+                    f"{fmt_ns(t['low_ns'])}-{fmt_ns(t['high_ns'])}",
+                ]
+            )
+    return f"The policy affords {data['policy_retries']:,} retries.\n\n" + _table(
+        ["at retry", "path", "one retry planned (median)", "rounds' spread"], rows, "rlrr"
+    )
+
+
+def _operation(name: str, reference: str) -> str:
+    if name == reference:
+        return name
+    method, _, extra = name.partition(" ")
+    return f"`{method}` {extra}".rstrip()
+
+
+def _budget_ops(data: dict[str, Any]) -> str:
+    rows = [
+        [
+            _operation(name, data["reference"]),
+            fmt_ns(row["min_ns"]),
+            fmt_ns(row["median_ns"]),
+            "1 (reference)"
+            if name == data["reference"]
+            else _ratio_cell(row["ratio"], *row["spread"]),
+        ]
+        for name, row in data["operations"].items()
+    ]
+    met = all(data["target_met"].values())
+    return (
+        f"{data['rounds']} rounds of {data['repeat']} interleaved batches per operation.\n\n"
+        + _table(["operation", "one call (min)", "(median)", "ratio to the reference"], rows)
+        + f"\nTarget, {data['target']}: {_verdict(met)}.\n"
+    )
+
+
+def _import_time(data: dict[str, Any]) -> str:
+    rows = [
+        [f"`{name}`", f"{us / 1000:.1f} ms", f"{data['ratio_to_tenacity'][name]:.2f}x"]
+        for name, us in data["median_us"].items()
+    ]
+    out = (
+        f"`-X importtime`, the statement's cumulative import time, median of {data['runs']} "
+        "fresh interpreters.\n\n"
+        + _table(["statement", "import time (median)", "ratio to `import tenacity`"], rows)
+        + f"\nTarget, `import tenacity_budget` at most 2x `import tenacity`: "
+        f"{_verdict(data['target_met'])}.\n"
+    )
+    if "programs_median_ns" in data:
+        prog_rows = [
+            [f"`{name}`", f"{ns / 1e6:.1f} ms", str(len(data["programs_wall_ns"][name]))]
+            for name, ns in data["programs_median_ns"].items()
+        ]
+        out += (
+            "\nIssue 16's figure, process wall time of a fresh interpreter:\n\n"
+            + _table(["program", "wall time (median)", "interpreters"], prog_rows, "lrr")
+            + f"\nRatio {data['policy_to_floor']:.3f}x; target at most 1.10x: "
+            f"{_verdict(data['policy_target_met'])}.\n"
+        )
+    return out
+
+
 # -- entry point --------------------------------------------------------------------------
 
 
@@ -624,11 +1066,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="exit 1 if anything is stale")
     args = parser.parse_args(argv)
-    results = {
-        name: _load(name) for name in ("solver", "overhead", "memory", "contention", "storm")
-    }
+    results = {name: _load(name) for name in RESULTS}
+    from dataclasses import asdict
+
+    from .shape import measure
+
+    shape = asdict(measure())
+    bodies = blocks(results, shape)
+    readme = readme_blocks(results, shape)
     wanted: dict[Path, bytes] = {
-        DOC: render_doc(DOC.read_text(encoding="utf-8"), blocks(results)).encode("utf-8")
+        DOC: render_doc(DOC.read_text(encoding="utf-8"), bodies).encode("utf-8"),
+        README: render_doc(
+            README.read_text(encoding="utf-8"), readme, "benchmarks/README.md"
+        ).encode("utf-8"),
     }
     for name, svg in figures(results["contention"]).items():
         wanted[FIGURE_DIR / name] = svg
@@ -650,7 +1100,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_bytes(wanted[path])
         print(f"wrote {path.relative_to(ROOT)}")
     if not stale:
-        print("docs/benchmarks.md and the contention figures are up to date")
+        print("docs/benchmarks.md, benchmarks/README.md and the figures are up to date")
     return 0
 
 

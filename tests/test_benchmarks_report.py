@@ -1,0 +1,104 @@
+"""Tests of ``benchmarks.report``: the generated blocks of the benchmark pages and their verdicts.
+
+Rendering only, from the stored ``benchmarks/results/*.json`` and fixed shape figures; no
+benchmark is run and no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from benchmarks import report
+
+SHAPE: dict[str, Any] = {
+    "modules": 3,
+    "cycles": [],
+    "cc_max": 11,
+    "cc_max_where": "tenacity_budget.decision:decide",
+    "cc_over_10": ["tenacity_budget.decision:decide 11"],
+    "public_all": 49,
+    "all_by_module": {"tenacity_budget": 49},
+    "docstring_mean": 6.0,
+    "docstring_max": 12,
+    "docstring_max_where": "tenacity_budget.pytest_plugin",
+}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, Any]]:
+    return {name: report._load(name) for name in report.RESULTS}
+
+
+def _names(text: str) -> set[str]:
+    return set(re.findall(r"<!-- BEGIN GENERATED: ([\w-]+) -->", text))
+
+
+def test_every_block_of_both_pages_is_rendered(results: dict[str, dict[str, Any]]) -> None:
+    doc = report.DOC.read_text(encoding="utf-8")
+    readme = report.README.read_text(encoding="utf-8")
+    assert _names(doc) == set(report.blocks(results, SHAPE))
+    assert _names(readme) == set(report.readme_blocks(results, SHAPE)) == {"targets", "shape"}
+
+
+def test_the_readme_shows_the_same_targets_table_as_the_docs(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    doc = report.blocks(results, SHAPE)
+    readme = report.readme_blocks(results, SHAPE)
+    assert readme["targets"] == doc["targets"]
+    assert readme["shape"] == doc["shape"]
+
+
+def test_render_doc_replaces_bodies_and_refuses_unknown_or_missing_blocks() -> None:
+    text = "a\n<!-- BEGIN GENERATED: x -->\nold\n<!-- END GENERATED: x -->\nb\n"
+    assert report.render_doc(text, {"x": "new\n"}) == (
+        "a\n<!-- BEGIN GENERATED: x -->\nnew\n<!-- END GENERATED: x -->\nb\n"
+    )
+    with pytest.raises(SystemExit, match="unknown generated block 'x'"):
+        report.render_doc(text, {}, "page.md")
+    with pytest.raises(SystemExit, match=r"page.md lacks generated blocks: \['y'\]"):
+        report.render_doc(text, {"x": "", "y": ""}, "page.md")
+
+
+def test_a_target_row_says_met_on_its_side_of_the_limit() -> None:
+    assert report._target_row("f", "b", "n", 1.05, 1.05)[-1] == "met"
+    assert report._target_row("f", "b", "n", 1.051, 1.05)[-1] == "**not met**"
+    assert report._target_row("f", "b", "n", 0.97, 0.97, at_least=True)[-1] == "met"
+    assert report._target_row("f", "b", "n", 0.969, 0.97, at_least=True)[-1] == "**not met**"
+
+
+def test_the_targets_table_follows_the_results(results: dict[str, dict[str, Any]]) -> None:
+    changed = copy.deepcopy(results)
+    row = changed["overhead"]["targets"]["per_call"]["ours policy.retry()"]
+    row["ratio"], row["spread"] = 1.04, 0.01
+    changed["transport"]["sync"]["BudgetTransport"]["rps_ratio"].update(
+        ratio=0.98, spread=[0.975, 0.99]
+    )
+    lines = report._targets(changed).splitlines()
+    retry = next(line for line in lines if line.startswith("| `policy.retry()` per call"))
+    assert "| 1.19x | 1.040x (spread 0.010) | <= 1.05x | met |" in retry
+    sync = next(line for line in lines if "(sync)" in line)
+    assert "| 0.980x (0.975-0.990) | >= 0.97x | met |" in sync
+
+
+def test_the_shape_table_judges_each_figure() -> None:
+    assert "| 0 | 0 | met |" in report._shape(SHAPE)
+    worse = {**SHAPE, "cycles": [["a", "b"]], "cc_max": 13, "public_all": 51}
+    body = report._shape(worse)
+    assert "| 1 (a -> b) | 0 | **not met** |" in body
+    assert "| <= 12 | **not met** |" in body
+    assert "| 51 | <= 50 | **not met** |" in body
+
+
+def test_the_overhead_limits_are_those_overhead_py_judges_by() -> None:
+    from benchmarks.overhead import FIRST_TRY_TARGETS, TARGETS
+
+    limits = {"per_call": TARGETS, "first_try": FIRST_TRY_TARGETS}
+    rendered = {(section, name): limit for section, name, _, _, limit in report.OVERHEAD_TARGETS}
+    assert rendered == {
+        (section, name): limit for section, table in limits.items() for name, limit in table.items()
+    }
