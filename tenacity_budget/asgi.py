@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any, TypeAlias
 
+from ._validate import seconds
 from .context import deadline_scope
 from .http import DEADLINE_HEADER, DIALECTS, _check_header_name, _dialect, parse_timeout_ms
 
@@ -43,13 +44,7 @@ _SHED_HEADERS = [
 
 def _seconds_option(value: object, what: str) -> float | None:
     """``value`` as a finite number of seconds ``> 0``, or ``None``; raise saying why not."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} must be a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return None if value is None else seconds(value, what, positive=True)
 
 
 def _readers(
