@@ -504,6 +504,8 @@ def _check_statuses(statuses: Iterable[int]) -> frozenset[int]:
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(f"retry_statuses must hold ints, got {status!r}")
         if not 400 <= status <= 599:
+            # A success, a redirect or an informational answer is the server's answer, never
+            # a failure to try again: only client (4xx) and server (5xx) errors are retried.
             raise ValueError(
                 f"retry_statuses must hold 4xx or 5xx status codes (400-599), got {status}"
             )

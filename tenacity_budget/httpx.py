@@ -34,7 +34,7 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
 from ._clients import retry_cures
 from .context import ambient_deadline, deadline_scope, remaining
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
-from .http import DEADLINE_HEADER, _deadline_senders, wait_hint
+from .http import DEADLINE_HEADER, _check_methods, _check_statuses, _deadline_senders, wait_hint
 from .retrying import _AsyncBudgetStop
 from .strategies import reads_results
 
@@ -151,7 +151,12 @@ class _Config:
         elif senders:
             deadline_header = senders[0][0]
         return cls(
-            policy, _statuses(retry_statuses), _methods(methods), deadline_header, budget, senders
+            policy,
+            _check_statuses(retry_statuses),
+            _check_methods(methods),
+            deadline_header,
+            budget,
+            senders,
         )
 
     def retries(self, request: httpx.Request) -> bool:
@@ -223,33 +228,6 @@ def _rewindable(file: object) -> bool:
         return seekable() is True
     except (OSError, ValueError):  # a closed file, a broken descriptor
         return False
-
-
-def _statuses(statuses: Iterable[int]) -> frozenset[int]:
-    if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
-        raise TypeError(f"retry_statuses must be a set of status codes, got {statuses!r}")
-    found = frozenset(statuses)
-    for status in found:
-        if isinstance(status, bool) or not isinstance(status, int):
-            raise TypeError(f"retry_statuses must hold ints, got {status!r}")
-        if not 400 <= status <= 599:
-            # A success, a redirect or an informational answer is the server's answer, never
-            # a failure to try again: only client (4xx) and server (5xx) errors are retried.
-            raise ValueError(
-                f"retry_statuses must hold 4xx or 5xx status codes (400-599), got {status}"
-            )
-    return found
-
-
-def _methods(methods: Iterable[str]) -> frozenset[str]:
-    if isinstance(methods, str | bytes) or not isinstance(methods, Iterable):
-        raise TypeError(f"methods must be a set of HTTP method names, got {methods!r}")
-    found: set[str] = set()
-    for method in methods:
-        if not isinstance(method, str) or not method.isascii() or not method.isalpha():
-            raise ValueError(f"methods must hold HTTP method names such as 'GET', got {method!r}")
-        found.add(method.upper())
-    return frozenset(found)
 
 
 class _Call:
