@@ -34,6 +34,7 @@ def decide(
     testing: int | None = None,
     other: Callable[[], bool] | None = None,
     grant: Callable[[], bool] | None = None,
+    throttle: Callable[[], bool] | None = None,
 ) -> StopReason | None:
     """Why the run must stop before its next attempt, or ``None`` to let it retry.
 
@@ -43,8 +44,10 @@ def decide(
     ``slept_through`` past ``budget``), ``wall_clock`` (``elapsed`` plus the sleep and
     ``next_attempt`` past ``budget``, beyond the rounding of two clock readings),
     ``deadline`` (the sleep and next attempt past ``until_deadline``), ``other`` (the
-    user's own stop, asked only then) and ``retry_budget`` (``grant``, a retry budget's
-    withdrawal, asked last: a retry refused before never spends the shared budget).
+    user's own stop, asked only then), ``throttled`` (``throttle``, an adaptive throttle's
+    admission of the attempt, after the time budget) and ``retry_budget`` (``grant``, a
+    retry budget's withdrawal, asked last: a retry refused before never spends the shared
+    budget).
 
     Args:
         attempts: calls made so far, the one that just failed included.
@@ -58,6 +61,8 @@ def decide(
         testing: the testing mode's attempt bound (``None``: off).
         other: another stop of the run; true ends it (reason ``other``).
         grant: a retry budget's withdrawal; false ends the run (``retry_budget``).
+        throttle: an adaptive throttle's admission (``AdaptiveThrottle.admit``, which
+            counts the attempt); false rejects it locally and ends the run (``throttled``).
 
     Every argument may be passed by position: this runs before every retry.
     """
@@ -76,7 +81,18 @@ def decide(
             return StopReason.DEADLINE
     if other is not None and other():
         return StopReason.OTHER
+    if throttle is not None and not throttle():
+        return StopReason.THROTTLED
     return None if grant is None else withdraw(grant)
+
+
+def admit(throttle: Callable[[], bool] | None) -> StopReason | None:
+    """The decision for a run's first attempt: ``throttled`` when the throttle rejects it.
+
+    A first attempt has no sleep, count or retry budget to check; only an adaptive
+    throttle may keep it from being sent (before the call's deposit in a retry budget).
+    """
+    return None if throttle is None or throttle() else StopReason.THROTTLED
 
 
 def withdraw(grant: Callable[[], bool]) -> StopReason | None:

@@ -41,6 +41,10 @@ class StopReason(enum.StrEnum):
     dependency's retry traffic is already at its cap."""
     OTHER = "other"
     """Another stop strategy composed with the budget ended the run."""
+    THROTTLED = "throttled"
+    """An adaptive throttle (:class:`~tenacity_budget.AdaptiveThrottle`) rejected the attempt
+    locally, without sending it: the dependency is overloaded (it refuses part of its
+    traffic) and the client sheds its share before the server has to."""
     NOT_REPLAYABLE = "not_replayable"
     """The attempt failed in a way worth retrying, but its request body cannot be sent
     again (a generator, a file that cannot seek back): it was sent once, never re-sent
@@ -56,6 +60,8 @@ def _headline(reason: StopReason) -> str:
     """
     if reason is StopReason.NOT_REPLAYABLE:
         return f"not retried ({reason.value}): the request body cannot be sent again"
+    if reason is StopReason.THROTTLED:
+        return f"rejected locally ({reason.value}): the dependency is overloaded"
     spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
     return f"{spent} exhausted ({reason.value})"
 
@@ -90,6 +96,9 @@ class ExhaustionReport:
         deadline: the absolute deadline the run observed, if any.
         reason: why the run stopped (a :class:`StopReason`).
         last_exception: the exception of the last attempt (``None`` when retrying on a result).
+        hedges: hedged attempts sent (``policy.retry(hedge=...)``): attempts sent while an
+            earlier one was still running; 0 for a run without hedging.
+        hedges_won: of those, how many gave the outcome the run ended with.
     """
 
     attempts: int
@@ -100,6 +109,8 @@ class ExhaustionReport:
     deadline: datetime | None
     reason: StopReason
     last_exception: BaseException | None
+    hedges: int = 0
+    hedges_won: int = 0
 
     @property
     def retries(self) -> int:
@@ -117,6 +128,8 @@ class ExhaustionReport:
             "deadline": self.deadline.isoformat() if self.deadline else None,
             "reason": self.reason.value,
             "last_exception": repr(self.last_exception) if self.last_exception else None,
+            "hedges": self.hedges,
+            "hedges_won": self.hedges_won,
         }
 
     @classmethod
@@ -131,6 +144,8 @@ class ExhaustionReport:
             deadline=run.deadline,
             reason=run.reason if run.reason is not None else StopReason.OTHER,
             last_exception=last_exception,
+            hedges=getattr(run, "hedges", 0),  # set only on hedged runs' records
+            hedges_won=getattr(run, "hedges_won", 0),
         )
 
     @classmethod
@@ -142,6 +157,26 @@ class ExhaustionReport:
             return cls.of_run(run, exc)
         # No budget took part in the run: only the count is known.
         return cls(last_attempt.attempt_number, None, 0.0, 0.0, None, None, StopReason.OTHER, exc)
+
+
+class Throttled(Exception):
+    """An attempt an adaptive throttle rejected locally: it was never sent.
+
+    The ``last_attempt`` of a run the throttle ended (reason ``throttled``) holds it when the
+    rejected attempt was the first; ``throttle`` names the throttle, ``probability`` is the
+    rejection probability it drew against.
+    """
+
+    def __init__(self, throttle: str, probability: float) -> None:
+        super().__init__(
+            f"attempt rejected locally by throttle {throttle!r} "
+            f"(rejection probability {probability:.3f}): the dependency is overloaded"
+        )
+        self.throttle = throttle
+        self.probability = probability
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.throttle, self.probability))
 
 
 class BudgetExhausted(RetryError):

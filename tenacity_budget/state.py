@@ -50,6 +50,8 @@ class RunState:
         "budget",
         "deadline",
         "elapsed",
+        "hedges",  # set by a hedged run only (the report reads them with a default)
+        "hedges_won",
         "horizon",
         "last_end",
         "longest",
