@@ -94,7 +94,6 @@ class Horizon:
     def __init__(
         self,
         outer: Horizon | None,
-        *,
         mono_end: float = math.inf,
         wall_end: float = math.inf,
         run: Any = None,

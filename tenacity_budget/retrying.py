@@ -41,6 +41,8 @@ __all__: list[str] = []  # the observer protocol lives in instrumentation
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_INF = math.inf
+
 
 def _check_options(
     on_exhausted: object, budget: object, hard_deadline: object, throttle: object = None
@@ -276,17 +278,14 @@ class BudgetedRetry:
         outer = current_horizon()
         # The run's frame of its deadlines: without an enclosing frame or a deadline read
         # per call, the decorator's one frame of its fixed deadlines serves every call.
+        wall_end = self._fixed_deadline_ts
         record.horizon = (
             self._plain_frame
             if outer is None and not self._deadline_callable
-            else Horizon(outer, wall_end=self._fixed_deadline_ts)
+            else Horizon(outer, _INF, wall_end)
         )
-        return Horizon(
-            outer,
-            mono_end=time.monotonic() + terms.budget,
-            wall_end=self._fixed_deadline_ts,
-            run=record,
-        )
+        # Positional: a frame is made for every call, and keywords cost more.
+        return Horizon(outer, time.monotonic() + terms.budget, wall_end, record)
 
     def _admit_first(self, name: str, horizon: Horizon) -> None:
         """The first attempt's admission (:func:`~tenacity_budget.decision.admit`): the
@@ -421,7 +420,7 @@ class BudgetedRetry:
                         observer.on_call(name)
                     if admits:
                         self._admit_first(name, horizon)
-                    attrs.statistics = retrying.statistics
+                    attrs.statistics = _seed_statistics(retrying)
                     result = await retrying(target, *args, **kwargs)
                     for observer in observers:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
@@ -442,7 +441,7 @@ class BudgetedRetry:
                         observer.on_call(name)
                     if admits:
                         self._admit_first(name, horizon)
-                    attrs.statistics = retrying.statistics
+                    attrs.statistics = _seed_statistics(retrying)
                     result = retrying(target, *args, **kwargs)
                     for observer in observers:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
@@ -480,7 +479,7 @@ class BudgetedRetry:
                     observer.on_call(name)
                 if admits:
                     self._admit_first(name, horizon)
-                attrs.statistics = retrying.statistics
+                attrs.statistics = _seed_statistics(retrying)
                 left = horizon.left()  # armed for the first attempt, which rarely moves it
                 timer = horizon.timer = asyncio.timeout(None if left == math.inf else left)
                 try:
@@ -516,6 +515,18 @@ class BudgetedRetry:
             **{k: v for k, v in changes.items() if k not in self._options},
         }
         return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)
+
+
+def _seed_statistics(retrying: tenacity.BaseRetrying) -> dict[str, Any]:
+    """A new statistics dict for a per-call controller, set as tenacity's own ``@retry``
+    seeds its per-call copy: read through the property, a fresh copy's statistics are made
+    by raising and catching an AttributeError, the dearest step of a first try."""
+    stats: dict[str, Any] = {}
+    local = getattr(retrying, "_local", None)  # tenacity 9 keeps them per thread there
+    if local is None:
+        return retrying.statistics
+    local.statistics = stats
+    return stats
 
 
 def _recorded(fn: Callable[..., Any], throttle: Any, is_async: bool) -> Callable[..., Any]:
