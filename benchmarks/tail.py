@@ -130,9 +130,9 @@ class SimParams:
 
 @dataclass(frozen=True)
 class RealParams:
-    warmup: int = 1500  # unhedged requests measuring the server's p95 first (the last 2/3)
-    requests: int = 7_500  # then the candidates' requests, interleaved
-    rate: float = 300.0  # what two shared cores serve, client and server, without lagging
+    warmup: int = 1200  # unhedged requests measuring the server's p95 first (the last 2/3)
+    requests: int = 9_000  # then the candidates' requests, interleaved
+    rate: float = 200.0  # well within what two shared cores serve, client and server
     seed: int = 18
 
 

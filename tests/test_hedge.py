@@ -659,3 +659,18 @@ def test_a_hedge_is_reported_by_name_on_the_report_fields() -> None:
     assert outcome.hedges_won == 1
     assert "winner=1" in repr(outcome)
     assert outcome.exhausted is False
+
+
+def test_a_superseded_non_fatal_exception_is_not_released() -> None:
+    released: list[object] = []
+    script = Script([(0.01, ConnectionError("reset")), (0.01, Response(503)), (0.01, "ok")])
+    outcome = run(Hedge(1.0, max_attempts=3), script, release=released.append)
+    assert outcome.value == "ok"
+    assert released == [Response(503)]  # the 503 only: an exception holds nothing to release
+
+
+def test_a_loser_ending_at_the_winners_instant_is_recorded_in_the_throttle() -> None:
+    throttle = FakeThrottle()
+    script = Script([(0.2, "first"), (0.1, "second")])  # both end at 0.2
+    run(Hedge(0.1), script, throttle=throttle)
+    assert throttle.recorded == ["first", "second"]

@@ -277,11 +277,16 @@ class _Run(Generic[T]):
             if not self.hedge.non_fatal(outcome):
                 await self._dispose()
                 return self._ended(None, index, value, exc)
-            if self.last is not None:
-                await _release(self.release, self.last[1])
+            await self._release_last()
             self.last = (index, value, exc)
             await self._try_send()
         return None
+
+    async def _release_last(self) -> None:
+        """Release the last non-fatal result: a newer outcome supersedes it."""
+        last = self.last
+        if last is not None and last[2] is None:
+            await _release(self.release, last[1])
 
     async def _dispose(self) -> None:
         """Cancel every attempt still running, release every result no one will read."""
@@ -291,10 +296,12 @@ class _Run(Generic[T]):
             if not task.done() and task.cancel():
                 if self.hedge.sketch is not None:  # cut: at least this long
                     self.hedge.sketch.add(now - began, censored=True)
-            else:
+            else:  # it ended at the winner's instant: an outcome like any other
                 self._measure(began, now)
-        if self.last is not None:
-            await _release(self.release, self.last[1])
+                if self.throttle is not None:
+                    value, exc = _outcome(task)
+                    self.throttle.record(exc if exc is not None else value)
+        await self._release_last()
         if losers:
             await asyncio.wait(losers, timeout=0)  # one turn to let the cancelled ones end
         for task in losers:
