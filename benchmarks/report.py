@@ -42,6 +42,8 @@ __all__ = [
     "render_doc",
     "storm_blocks",
     "storm_figures",
+    "tail_blocks",
+    "tail_figures",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,12 +60,15 @@ RESULTS = (
     "celery_plan",
     "budget_ops",
     "import_time",
+    "tail",
 )
 """The results files this script reads, in the order of the machine table."""
 FIGURE_DIR = ROOT / "docs" / "figures"
 FIGURES = ("contention-writes.svg", "contention-time.svg", "contention-budget.svg")
 STORM_FIGURES = ("storm.svg",)
 """The retry-storm figure, also this script's, in ``docs/figures``."""
+TAIL_FIGURES = ("tail-simulated.svg", "tail-real.svg")
+"""The hedging figures (latency by quantile), also this script's, in ``docs/figures``."""
 """The figures this script owns, in ``docs/figures``."""
 
 MODE_LABELS = {
@@ -395,6 +400,7 @@ def blocks(
         "celery-plan": _celery_plan(results["celery_plan"]),
         "budget-ops": _budget_ops(results["budget_ops"]),
         "import-time": _import_time(results["import_time"]),
+        **tail_blocks(results["tail"]),
     }
 
 
@@ -657,6 +663,154 @@ def storm_figures(storm: dict[str, Any]) -> dict[str, bytes]:
     fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
     return {"storm.svg": buffer.getvalue()}
+
+
+# -- hedged requests: the tail at scale ---------------------------------------------------
+
+TAIL_STYLE = {
+    "none": ("#cb181d", "-", "o"),
+    "p95": ("#2171b5", "-", "s"),
+    "fixed": ("#238b45", "--", "^"),
+}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms"
+
+
+def _tail_table(candidates: dict[str, Any]) -> str:
+    none = candidates["none"]["p999"]
+    rows = [
+        [
+            c["label"].replace("|", "\\|"),
+            _ms(c["p50"]),
+            _ms(c["p99"]),
+            _ms(c["p999"]),
+            f"{none / c['p999']:.1f}x",
+            f"{c['extra']:.2%}",
+            f"{c['requests']:,}",
+        ]
+        for c in candidates.values()
+    ]
+    header = ["hedging", "p50", "p99", "p99.9", "p99.9 lower by", "extra requests", "requests"]
+    return _table(header, rows, "lrrrrrr")
+
+
+def _tail_verdicts(candidates: dict[str, Any], goals: dict[str, float]) -> str:
+    none = candidates["none"]["p999"]
+    parts = []
+    for name, what in (("fixed", "the fixed delay"), ("p95", '`delay="p95"`')):
+        c = candidates[name]
+        tail_met = none / c["p999"] >= goals["tail_ratio"]
+        extra_met = c["extra"] <= goals[f"extra_{name}"]
+        parts.append(
+            f"{what}: p99.9 {none / c['p999']:.1f}x lower (goal at least "
+            f"{goals['tail_ratio']:g}x: {'met' if tail_met else '**not met**'}), "
+            f"{c['extra']:.2%} extra requests (goal at most {goals[f'extra_{name}']:.0%}: "
+            f"{'met' if extra_met else '**not met**'})"
+        )
+    return "Goals: " + "; ".join(parts) + ".\n"
+
+
+def _tail_params(data: dict[str, Any]) -> str:
+    p = data["params"]
+    return (
+        f"The server answers in {_ms(p['fast'])} for {1 - p['slow_share']:.0%} of attempts and "
+        f"in {_ms(p['slow'])} for {p['slow_share']:.0%}, drawn independently per attempt "
+        f"(seed {p['seed']}); {p['requests']:,} requests per candidate arriving "
+        f"{p['rate']:g} per second, each one call of `hedged_call` (what "
+        "`policy.retry(hedge=...)` runs) with `max_attempts=2`, in virtual time.\n"
+    )
+
+
+def _tail_real(data: dict[str, Any]) -> str:
+    real = data["real"]
+    if "skipped" in real:
+        return f"The real run was skipped: {real['skipped']}.\n"
+    p, goals = real["params"], data["params"]["goals"]
+    return (
+        f"{p['requests']:,} requests at {p['rate']:g} per second, the three candidates "
+        "interleaved (request i by candidate i mod 3), against an aiohttp server in another "
+        "process on loopback that sleeps 10 ms (1 s for 1% of requests, its own seeded "
+        f"draws); aiohttp as the client. The fixed delay is the p95 of {p['warmup']:,} "
+        f"unhedged requests measured first: {_ms(real['server_p95'])}. {real['seconds']:.0f} s."
+        "\n\n" + _tail_table(real["candidates"]) + "\n" + _tail_verdicts(real["candidates"], goals)
+    )
+
+
+def tail_blocks(tail: dict[str, Any]) -> dict[str, str]:
+    """The generated blocks of the hedging section, by block name."""
+    goals = tail["params"]["goals"]
+    return {
+        "tail-params": _tail_params(tail),
+        "tail": _tail_table(tail["simulated"]) + "\n" + _tail_verdicts(tail["simulated"], goals),
+        "tail-real": _tail_real(tail),
+    }
+
+
+def _tail_figure(candidates: dict[str, Any], title: str) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcdefaults()
+    plt.rcParams.update(
+        {
+            "svg.hashsalt": "tenacity-budget",
+            "svg.fonttype": "none",
+            "font.family": "DejaVu Sans",
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "figure.dpi": 100,
+        }
+    )
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, c in candidates.items():
+        colour, style, marker = TAIL_STYLE.get(name, ("#636363", "-", "."))
+        shares = [q for q, _ in c["curve"]]
+        ax.plot(
+            [1 / (1 - q) for q in shares],
+            [v * 1e3 for _, v in c["curve"]],
+            color=colour,
+            linestyle=style,
+            marker=marker,
+            markersize=4,
+            linewidth=1.2,
+            label=f"{c['label']}: {c['extra']:.1%} extra requests",
+        )
+    ticks = [q for q, _ in next(iter(candidates.values()))["curve"]]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([1 / (1 - q) for q in ticks])
+    ax.set_xticklabels([f"p{q * 100:g}" for q in ticks], rotation=45)
+    ax.minorticks_off()
+    ax.set_xlabel("quantile")
+    ax.set_ylabel("latency (ms, log scale)")
+    ax.grid(True, linewidth=0.4, alpha=0.5)
+    ax.legend(frameon=False, fontsize=7, loc="upper left")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def tail_figures(tail: dict[str, Any]) -> dict[str, bytes]:
+    """The hedging figures (latency by quantile, per candidate) as SVG bytes (deterministic)."""
+    out = {
+        "tail-simulated.svg": _tail_figure(
+            tail["simulated"], "Simulated: 10 ms for 99% of attempts, 1 s for 1%"
+        )
+    }
+    real = tail["real"]
+    if "skipped" not in real:
+        out["tail-real.svg"] = _tail_figure(
+            real["candidates"], "Real: an aiohttp server on loopback, the same latencies"
+        )
+    return out
 
 
 # -- issue 16's targets, the shape figures, transports, HTTP clients, Celery planning -----
@@ -1083,6 +1237,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, svg in figures(results["contention"]).items():
         wanted[FIGURE_DIR / name] = svg
     for name, svg in storm_figures(results["storm"]).items():
+        wanted[FIGURE_DIR / name] = svg
+    for name, svg in tail_figures(results["tail"]).items():
         wanted[FIGURE_DIR / name] = svg
     stale = [
         path

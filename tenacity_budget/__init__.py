@@ -27,6 +27,7 @@ from .stats import RetryStatsSnapshot as RetryStatsSnapshot
 from .strategies import BudgetState, budget_state, stop_budget, wait_budget
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from .hedge import Hedge
     from .jitter import JitterMode as JitterMode
     from .jitter import apply_jitter as apply_jitter
     from .jitter import decorrelated_jitter as decorrelated_jitter
@@ -46,6 +47,7 @@ __all__ = [
     "BudgetExhausted",
     "BudgetState",
     "ExhaustionReport",
+    "Hedge",
     "RetryBudget",
     "RetryStats",
     "StopReason",
@@ -63,6 +65,7 @@ __all__ = [
 # remaining() should not pay it. The rest stays importable here for existing code.
 _LAZY = {
     "BackoffPolicy": "policy",
+    "Hedge": "hedge",
     "JitterMode": "jitter",
     "apply_jitter": "jitter",
     "decorrelated_jitter": "jitter",
