@@ -98,7 +98,7 @@ class ExhaustionReport:
         last_exception: the exception of the last attempt (``None`` when retrying on a result).
         hedges: hedged attempts sent (``policy.retry(hedge=...)``): attempts sent while an
             earlier one was still running; 0 for a run without hedging.
-        hedges_won: of those, how many gave the outcome the run ended with.
+        hedges_won: of those, how many won: gave the good outcome the run returned.
     """
 
     attempts: int

@@ -308,6 +308,7 @@ class BackoffPolicy(BaseModel):
         budget: Any = None,
         hard_deadline: bool = False,
         throttle: Any = None,
+        hedge: Any = None,
         **tenacity_kwargs: Any,
     ) -> BudgetedRetry:
         """A decorator factory like ``tenacity.retry``, wired with this policy.
@@ -318,11 +319,13 @@ class BackoffPolicy(BaseModel):
         async functions. ``budget=`` draws every retry from a shared retry budget
         (:class:`~tenacity_budget.RetryBudget`); ``hard_deadline=True`` (coroutine functions
         only) cancels an attempt still running when the run's time is up; ``throttle=``
-        asks an :class:`~tenacity_budget.AdaptiveThrottle` before every attempt. See
+        asks an :class:`~tenacity_budget.AdaptiveThrottle` before every attempt;
+        ``hedge=`` hedges a coroutine function instead of retrying it
+        (:class:`~tenacity_budget.Hedge`). See
         :class:`tenacity_budget.retrying.BudgetedRetry` for the options.
         """
         wait = None
-        if "wait" not in tenacity_kwargs:
+        if "wait" not in tenacity_kwargs and hedge is None:
             wait = wait_budget(self, rng=rng, seed=seed, retry_after=retry_after)
         return BudgetedRetry(
             self,
@@ -338,6 +341,7 @@ class BackoffPolicy(BaseModel):
             wait=wait,
             stop=stop_budget(self, deadline=deadline),
             throttle=throttle,
+            hedge=hedge,
         )
 
     # -- construction helpers -------------------------------------------------------------

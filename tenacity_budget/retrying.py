@@ -68,6 +68,29 @@ def _check_options(
         raise TypeError(f"hard_deadline must be a bool, got {type(hard_deadline).__name__}")
 
 
+def _check_hedged(hedge: object, options: dict[str, Any], tenacity_kwargs: dict[str, Any]) -> None:
+    """Refuse, at decoration, what a hedged run cannot honour: hedging replaces retrying."""
+    from .hedge import Hedge  # the engine is only imported where hedge= is given
+
+    if not isinstance(hedge, Hedge):
+        raise TypeError(f"hedge must be a tenacity_budget.Hedge, got {type(hedge).__name__}")
+    unused = sorted(
+        {k for k in ("rng", "seed", "retry_after") if options[k] is not None} | set(tenacity_kwargs)
+    )
+    if unused:
+        raise TypeError(
+            f"hedge= replaces the retry loop, so {', '.join(unused)} would never be used: a "
+            "hedged run sends its attempts on the hedge's delay and the Hedge's non_fatal= "
+            "decides which failures send the next one"
+        )
+    deadline = options["deadline"]
+    if deadline is not None and not isinstance(deadline, datetime):
+        raise TypeError(
+            "hedge= needs deadline= as an aware datetime: a deadline callable reads tenacity's "
+            "RetryCallState, which a hedged run does not have (use a deadline_scope instead)"
+        )
+
+
 def _observers(stats: Any) -> tuple[RetryObserver, ...]:
     if stats is None:
         return ()
@@ -158,6 +181,14 @@ class BudgetedRetry:
             (:class:`~tenacity_budget.exhaustion.Throttled`); a retry it rejects ends the
             run with the same reason. Every attempt
             sent is recorded in it (its result or exception).
+        hedge: a :class:`~tenacity_budget.Hedge`, on a coroutine function: hedging replaces
+            retrying for the call (gRPC's hedging). After the hedge's delay without an
+            answer the same call is made again beside the first; the first good outcome
+            wins and the others are cancelled. Every hedge is allowed by the one decision
+            (time left, the throttle, then ``budget``), and the run's end cuts every
+            attempt. A sync function is refused (``TypeError``), and so are options only
+            the retry loop uses (``rng``, ``seed``, ``retry_after``, tenacity's). See
+            docs/hedging.md.
         hard_deadline: on a coroutine function, cancel an attempt still running when the
             run's time (budget, deadline, enclosing scope) is up; the run then ends with
             :class:`BudgetExhausted` (reason ``wall_clock`` or ``deadline``, chained from
@@ -188,6 +219,7 @@ class BudgetedRetry:
         wait: Any = None,
         stop: stop_budget | None = None,
         throttle: Any = None,
+        hedge: Any = None,
     ) -> None:
         _check_options(on_exhausted, budget, hard_deadline, throttle)
         self.policy = policy
@@ -207,8 +239,12 @@ class BudgetedRetry:
             "budget": budget,
             "hard_deadline": hard_deadline,
             "throttle": throttle,
+            "hedge": hedge,
         }
         self._tenacity_kwargs = dict(tenacity_kwargs or {})
+        self.hedge = hedge
+        if hedge is not None:
+            _check_hedged(hedge, self._options, self._tenacity_kwargs)
         kwargs = dict(self._tenacity_kwargs)
         user_wait = kwargs.pop("wait", None)
         if user_wait is None and wait is None:
@@ -384,6 +420,8 @@ class BudgetedRetry:
         # between concurrent calls of a function and crashes with KeyError when threads
         # race on it (jd/tenacity#701). A copy per call keeps each run's state its own.
         is_async = inspect.iscoroutinefunction(fn)
+        if self.hedge is not None:
+            return self._hedged(fn)
         if self.hard_deadline and not is_async:
             raise TypeError(
                 f"hard_deadline=True needs a coroutine function, and {_callback_name(fn)} is "
@@ -456,6 +494,39 @@ class BudgetedRetry:
         attrs.statistics = {}
         attrs.retry_with = functools.partial(self._retry_with, fn)
         return cast(F, wrapper)
+
+    def _hedged(self, fn: F) -> F:
+        """``fn`` (a coroutine function) hedged by ``hedge=``: the engine runs each call."""
+        from .hedge import check_target, hedged_call
+
+        name = _callback_name(fn)
+        check_target(fn, name)
+        hedge, terms, budget, throttle = self.hedge, self.terms, self.budget, self.throttle
+        observers, on_exhausted, deadline_ts = (
+            self.observers,
+            self.on_exhausted,
+            self._fixed_deadline_ts,
+        )
+
+        @functools.wraps(fn)
+        async def hedged(*args: Any, **kwargs: Any) -> Any:
+            return await hedged_call(
+                hedge,
+                fn,
+                args,
+                kwargs,
+                terms=terms,
+                deadline_ts=deadline_ts,
+                budget=budget,
+                throttle=throttle,
+                observers=observers,
+                name=name,
+                on_exhausted=on_exhausted,
+            )
+
+        attrs: Any = hedged
+        attrs.retry_with = functools.partial(self._retry_with, fn)
+        return cast(F, hedged)
 
     def _hard_wrapper(
         self, fn: Callable[..., Any], controller: tenacity.BaseRetrying, name: str, admits: bool

@@ -306,8 +306,8 @@ def test_max_attempts_bounds_every_attempt_of_the_run() -> None:
     assert len(script.starts) == 4 == outcome.attempts
     assert outcome.reason is StopReason.COUNT
     assert isinstance(outcome.exception, OSError)
-    assert outcome.winner == 3
-    assert outcome.hedges_won == 1  # the run ended with a hedge's outcome
+    assert outcome.winner == 3  # the run ended with the last hedge's outcome
+    assert outcome.hedges_won == 0  # which no hedge won: the run gave up on it
 
     single = Script([(SLOW, "only")])
     assert run(Hedge(0.1, max_attempts=1), single).attempts == 1

@@ -106,7 +106,7 @@ def test_a_run_that_gives_up_raises_budget_exhausted_with_the_report() -> None:
     with pytest.raises(BudgetExhausted) as info:
         call(Hedge(0.1, max_attempts=3), script, observers=[observer], on_exhausted=handed.append)
     report = info.value.report
-    assert (report.attempts, report.hedges, report.hedges_won) == (3, 2, 1)
+    assert (report.attempts, report.hedges, report.hedges_won) == (3, 2, 0)  # no hedge won
     assert report.reason is StopReason.COUNT
     assert report.affordable == 2
     assert report.budget == 2.0
@@ -119,7 +119,7 @@ def test_a_run_that_gives_up_raises_budget_exhausted_with_the_report() -> None:
     assert run_state(last) is not None
     assert handed == [report]
     assert observer.exhausted == [report]
-    assert observer.hedges == [("fetch", False), ("fetch", True)]
+    assert observer.hedges == [("fetch", False), ("fetch", False)]
     assert report.as_dict()["hedges"] == 2
 
 

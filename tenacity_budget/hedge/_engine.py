@@ -60,7 +60,8 @@ class HedgedOutcome(Generic[T]):
             (``count``, ``deadline``, ``wall_clock``, ``throttled``, ``retry_budget``).
         attempts: attempts sent, the first included.
         hedges: attempts sent after the first.
-        hedges_won: 1 when the outcome the run ended with came from a hedge, else 0.
+        hedges_won: 1 when the run returned a hedge's good outcome (a hedge won), else 0: a
+            run that gave up, or ended on a fatal exception, has no winning hedge.
         winner: the index of the attempt it came from (0: the first), ``None`` without one.
         elapsed: seconds from the run's start to its end.
     """
@@ -81,7 +82,7 @@ class HedgedOutcome(Generic[T]):
         self.reason = reason
         self.attempts = attempts
         self.winner = winner
-        self.hedges_won = 1 if winner else 0
+        self.hedges_won = 1 if winner and reason is None and exception is None else 0
         self.elapsed = elapsed
 
     def __repr__(self) -> str:
@@ -321,13 +322,16 @@ class _Run(Generic[T]):
         value: T | None,
         exc: BaseException | None,
     ) -> HedgedOutcome[T]:
+        outcome = HedgedOutcome(
+            value, exc, reason, self.sent, winner, time.monotonic() - self.started
+        )
+        won = winner if outcome.hedges_won else None
         for observer in self.observers:
             hook = getattr(observer, "on_hedge", None)
             if hook is not None:
                 for index in range(1, self.sent):
-                    hook(self.name, index == winner)
-        elapsed = time.monotonic() - self.started
-        return HedgedOutcome(value, exc, reason, self.sent, winner, elapsed)
+                    hook(self.name, index == won)
+        return outcome
 
     def _cut_reason(self) -> StopReason:
         """Which end ran out (the run's budget or a deadline): :func:`decision.cut_reason`."""
