@@ -227,19 +227,27 @@ class AdaptiveThrottle:
 
         The probability is computed from the counts before this request.
         """
-        with self._lock:
-            requests, accepts = self._counts()
-            p = probability_of(requests, accepts, self.k)
-            admitted = p == 0.0 or self._random() >= p
-            self._requests = requests + 1
+        admitted, p = self._admit(None)
         for hook in self._hooks:
             hook(self.name, admitted, p)
         return admitted
 
+    def _admit(self, counts: tuple[int, int] | None) -> tuple[bool, float]:
+        """Count one request, decided on ``counts`` (a fleet's) or else this window's."""
+        with self._lock:
+            requests, accepts = self._counts()
+            self._requests = requests + 1
+            if counts is not None:
+                requests, accepts = counts
+            p = probability_of(requests, accepts, self.k)
+            return p == 0.0 or self._random() >= p, p
+
     def record(self, outcome: object) -> None:
         """The outcome of an admitted attempt: an accept unless :meth:`rejected` says so."""
-        if self._rejected(outcome):
-            return
+        if not self._rejected(outcome):
+            self._accept()
+
+    def _accept(self) -> None:
         with self._lock:
             self._counts()
             self._accepts += 1

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._otel import OpenTelemetryObserver as OpenTelemetryObserver
     from ._prometheus import PrometheusObserver as PrometheusObserver
 
-__all__ = ["RetryObserver", "RetryStats"]
+__all__ = ["RetryObserver"]  # RetryStats is the package's (tenacity_budget)
 
 _LAZY = {  # each needs its extra, so it is imported only when asked for
     "OpenTelemetryObserver": "tenacity_budget.instrumentation._otel",
