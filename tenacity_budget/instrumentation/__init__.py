@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._protocols import BudgetObserver as BudgetObserver
 from ._protocols import RetryObserver
-from ._stats import RetryStats
+from ._stats import RetryStats as RetryStats
 from ._stats import RetryStatsSnapshot as RetryStatsSnapshot
 
 if TYPE_CHECKING:
