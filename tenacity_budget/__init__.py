@@ -53,7 +53,6 @@ __all__ = [
     "RetryBudget",
     "RetryStats",
     "StopReason",
-    "__version__",
     "budget_state",
     "deadline_scope",
     "log_retry",

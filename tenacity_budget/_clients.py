@@ -9,15 +9,24 @@ from __future__ import annotations
 import ssl
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tenacity import Future
 
 from .context import remaining
 from .exhaustion import BudgetExhausted, ExhaustionReport
 
-if TYPE_CHECKING:
-    from .policy import BackoffPolicy
+
+class _Budgeted(Protocol):
+    """What :func:`first_time_left` reads of a policy (a ``BackoffPolicy``): no import of
+    the model here, which the hedging engine's default predicate (this module's) would
+    close into a cycle through ``policy.retry``."""
+
+    @property
+    def max_elapsed(self) -> float: ...
+
+    @property
+    def deadline(self) -> datetime | None: ...
 
 
 class RetryableStatus(Exception):
@@ -61,7 +70,7 @@ def retry_cures(
     return True
 
 
-def first_time_left(policy: BackoffPolicy) -> float:
+def first_time_left(policy: _Budgeted) -> float:
     """The time left of a run of ``policy`` starting now (what ``remaining()`` says in it).
 
     Its budget, or less: the ambient deadline (an enclosing scope or run) and the policy's

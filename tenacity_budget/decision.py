@@ -79,6 +79,16 @@ def decide(
             return StopReason.WALL_CLOCK
         if need > until_deadline:
             return StopReason.DEADLINE
+    return _asked(other, throttle, grant)
+
+
+def _asked(
+    other: Callable[[], bool] | None,
+    throttle: Callable[[], bool] | None,
+    grant: Callable[[], bool] | None,
+) -> StopReason | None:
+    """:func:`decide`'s last checks, once the time budget allows the retry: the user's stop,
+    then the throttle, then the retry budget (each asked only if the one before allows)."""
     if other is not None and other():
         return StopReason.OTHER
     if throttle is not None and not throttle():

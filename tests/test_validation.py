@@ -380,6 +380,9 @@ def test_every_reason_names_what_was_spent_with_its_value_in_parentheses(
     if reason is StopReason.NOT_REPLAYABLE:  # no budget was spent: the body cannot be re-sent
         assert message.startswith(f"not retried ({reason.value}): ")
         assert "exhausted" not in message
+    elif reason is StopReason.THROTTLED:  # no budget was spent: the throttle shed the attempt
+        assert message.startswith(f"rejected locally ({reason.value}): ")
+        assert "exhausted" not in message
     else:
         spent = "retry budget" if reason is StopReason.RETRY_BUDGET else "time budget"
         assert message.startswith(f"{spent} exhausted ({reason.value}): {attempts} attempts")
