@@ -24,6 +24,38 @@ import uvicorn
 STARTUP_TIMEOUT = 10.0  # seconds a server may take to start listening
 
 
+# The real clock and sleep, taken before any test starts a virtual clock, so a server thread
+# keeps to real time while a test's virtual clock runs: freezegun patches time for every
+# thread (an event loop reading time.monotonic() as it starts gets an epoch-based reading,
+# schedules its next tick decades ahead and never sees its shutdown). Kept in a tuple:
+# freezegun swaps every module-level name bound to a real time function.
+_REAL = (time.monotonic, asyncio.sleep)
+
+
+class _RealTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on the real monotonic clock, whatever patches ``time``."""
+
+    def time(self) -> float:
+        return _REAL[0]()
+
+
+class _RealTimeServer(uvicorn.Server):
+    """uvicorn's server, its tick on the real clock (not a virtual clock's ``asyncio.sleep``)."""
+
+    async def main_loop(self) -> None:
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            await _REAL[1](0.1)
+            should_exit = await self.on_tick(counter)
+
+
+def _run(server: uvicorn.Server, sock: socket.socket) -> None:
+    with asyncio.Runner(loop_factory=_RealTimeLoop) as runner:
+        runner.run(server.serve(sockets=[sock]))
+
+
 @contextmanager
 def serve(app: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a free loopback port; yield its base URL."""
@@ -39,8 +71,8 @@ def serve(app: Any) -> Iterator[str]:
         access_log=False,
         timeout_graceful_shutdown=1,
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    server = _RealTimeServer(config)
+    thread = threading.Thread(target=_run, args=(server, sock), daemon=True)
     thread.start()
     try:
         started = time.monotonic()
