@@ -14,12 +14,12 @@ extra requests for the fixed delay and at most 6% for ``"p95"`` (Dean and Barros
 after 10 ms took a BigTable read's p99.9 from 1,800 ms to 74 ms for 2% more requests).
 
 **Simulated**, on the library's virtual clock (:func:`tenacity_budget.testing.virtual_clock`)
-driven by an event loop whose selector, instead of waiting for the next timer, moves the
-clock to it (:func:`virtual_loop`): requests arrive at a fixed rate and overlap as they
-would, every latency exact, seeded per request and attempt (so the three candidates meet
-the same server). **Real**: the same scenario against a real aiohttp server in another
-process on a loopback port, the candidates' requests interleaved, the fixed delay set to the
-p95 measured without hedging first. Run::
+driven by its event loop (:meth:`~tenacity_budget.testing.VirtualClock.event_loop`), which
+moves the clock to the next timer instead of waiting for it: requests arrive at a fixed rate
+and overlap as they would, every latency exact, seeded per request and attempt (so the three
+candidates meet the same server). **Real**: the same scenario against a real aiohttp server
+in another process on a loopback port, the candidates' requests interleaved, the fixed delay
+set to the p95 measured without hedging first. Run::
 
     python -m benchmarks.tail              # both parts, writes results/tail.json
     python -m benchmarks.tail --quick      # a smaller simulation, no real part, no file
@@ -33,19 +33,16 @@ import itertools
 import math
 import multiprocessing
 import random
-import selectors
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
-from unittest import mock
 
 from tenacity_budget import BackoffPolicy, BudgetExhausted, Hedge
 from tenacity_budget.hedge import hedged_call
-from tenacity_budget.testing import VirtualClock, virtual_clock
+from tenacity_budget.testing import virtual_clock
 
 from ._common import command_line, write_results
 
@@ -54,12 +51,10 @@ __all__ = [
     "GOALS",
     "RealParams",
     "SimParams",
-    "VirtualLoop",
     "main",
     "quantile",
     "simulate",
     "summarise",
-    "virtual_loop",
 ]
 
 FAST = 0.010
@@ -73,49 +68,6 @@ GOALS = {"tail_ratio": 10.0, "extra_fixed": 0.05, "extra_p95": 0.06}
 """p99.9 at least 10x lower; extra requests at most 5% (fixed delay) and 6% (``"p95"``)."""
 POLICY = BackoffPolicy(base=0.1, cap=1.0, max_elapsed=5.0)
 """The calls' budget: 5 s, far beyond any latency here (the run's end never cuts)."""
-
-
-# -- virtual time ------------------------------------------------------------------------------
-
-
-class _AdvancingSelector(selectors.DefaultSelector):
-    """A selector that, asked to wait, moves the virtual clock to the next timer instead."""
-
-    def __init__(self, clock: VirtualClock) -> None:
-        super().__init__()
-        self._clock = clock
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        ready = super().select(0)
-        if ready or timeout == 0:
-            return ready
-        if timeout is None:
-            raise RuntimeError("the simulation stalled: every task waits and no timer is set")
-        self._clock.advance(timeout)
-        return []
-
-
-class VirtualLoop(asyncio.SelectorEventLoop):
-    """An event loop on the virtual clock: its time is ``time.monotonic()`` (virtual), and
-    when nothing is ready it moves the clock to its next timer at once."""
-
-    def __init__(self, clock: VirtualClock) -> None:
-        super().__init__(_AdvancingSelector(clock))
-
-    def time(self) -> float:
-        return time.monotonic()
-
-
-@contextmanager
-def virtual_loop(clock: VirtualClock) -> Iterator[asyncio.AbstractEventLoop]:
-    """A :class:`VirtualLoop` on the running ``clock``; ``asyncio.sleep`` is asyncio's own
-    inside (a timer of this loop), so concurrent sleeps overlap instead of adding up."""
-    loop = VirtualLoop(clock)
-    with mock.patch.object(asyncio, "sleep", asyncio.tasks.sleep):
-        try:
-            yield loop
-        finally:
-            loop.close()
 
 
 # -- the scenario ------------------------------------------------------------------------------
@@ -202,7 +154,7 @@ def simulate(name: str, params: SimParams) -> dict[str, Any]:
         await hedged_call(hedge, attempt, terms=terms)
         latencies[i] = time.monotonic() - began
 
-    with virtual_clock() as clock, virtual_loop(clock) as loop:
+    with virtual_clock() as clock, clock.event_loop() as loop:
         loop.run_until_complete(_arrivals(params.requests, params.rate, one, time.monotonic()))
     return {"label": CANDIDATES[name][0], **summarise(latencies, next(sent))}
 

@@ -3,7 +3,8 @@
 :func:`virtual_clock` (also a pytest fixture, registered by ``tenacity_budget.pytest_plugin``)
 freezes the wall and monotonic clocks with freezegun (the ``testing`` extra) and turns every
 sleep into an instant jump, so budgets, deadlines and :func:`~tenacity_budget.remaining`
-behave as in production and a test that "waits" an hour runs in microseconds.
+behave as in production and a test that "waits" an hour runs in microseconds; its
+:meth:`VirtualClock.event_loop` runs concurrent tasks whose sleeps overlap in virtual time.
 :func:`set_testing` and :func:`testing_mode` switch every budgeted strategy to zero-wait,
 bounded-attempt mode, like stamina's ``set_testing``. See docs/testing.md.
 """
@@ -11,8 +12,12 @@ bounded-attempt mode, like stamina's ``set_testing``. See docs/testing.md.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import heapq
+import itertools
 import math
 import numbers
+import selectors
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVarTuple, Unpack
 from unittest import mock
 
 from ._config import set_testing_attempts, testing_attempts
@@ -32,6 +37,8 @@ if TYPE_CHECKING:
     from freezegun.api import FrozenDateTimeFactory
 
 __all__ = ["VirtualClock", "set_testing", "testing_mode", "virtual_clock"]
+
+_Ts = TypeVarTuple("_Ts")
 
 _INSTALL_HINT = (
     "tenacity_budget.testing.virtual_clock needs freezegun: pip install 'tenacity-budget[testing]'"
@@ -197,6 +204,22 @@ class VirtualClock:
             # Place the clock from the exact total, so microsecond rounding never piles up.
             factory.move_to(self.start + timedelta(seconds=self._elapsed))
 
+    def _move_to(self, instant: float) -> None:
+        """Move the monotonic clock to exactly ``instant`` (a timer's time); never back."""
+        with self._lock:
+            factory = self._require_running()
+            target = Fraction(instant)
+            if target > self._exact:
+                self._exact = target
+                self._elapsed = instant
+                factory.move_to(self.start + timedelta(seconds=instant))
+
+    def _record(self, seconds: float) -> None:
+        """Record a sleep the clock does not make itself (a timer of its event loop)."""
+        with self._lock:
+            self._require_running()
+            self.sleeps.append(seconds)
+
     def _require_running(self) -> FrozenDateTimeFactory:
         factory = self._factory
         if factory is None:
@@ -247,6 +270,64 @@ class VirtualClock:
             self._move(self._duration(delay, "sleep"), record=True)
             await real_sleep(0)
             return result
+
+        return sleep
+
+    # -- the event loop -------------------------------------------------------------------
+
+    @contextmanager
+    def event_loop(self) -> Iterator[asyncio.AbstractEventLoop]:
+        """An asyncio event loop on this clock, whose tasks' sleeps overlap in virtual time.
+
+        Whenever no callback is ready and no real I/O is ready, the loop moves the clock to
+        its next timer at once instead of waiting for it, so concurrent tasks run as they
+        would in production, with every instant exact: a timer fires with ``loop.time()``
+        and ``time.monotonic()`` equal to its ``when``, ``asyncio.gather(sleep(1),
+        sleep(2))`` takes 2 virtual seconds, not 3. On this loop ``asyncio.sleep(s)`` is
+        asyncio's own timer (recorded in :attr:`sleeps`, which may then sum to more than
+        :attr:`elapsed`); elsewhere it keeps the clock's behaviour. With no timer pending
+        (``asyncio.sleep(math.inf)`` is none), the loop waits for real I/O as any loop
+        does, the clock standing still; but real I/O never holds the clock back from a
+        pending timer, so a read with a timeout times out at once when its data is not
+        already there. A blocking ``time.sleep`` or :meth:`advance` in a task moves the
+        clock as a blocking call would: timers due meanwhile fire late.
+
+        Example::
+
+            async def both() -> None:
+                await asyncio.gather(asyncio.sleep(1), asyncio.sleep(2))
+
+            with virtual_clock() as clock, clock.event_loop() as loop:
+                loop.run_until_complete(both())
+            assert clock.elapsed == 2.0 and clock.sleeps == [1.0, 2.0]
+
+        On exit, tasks still pending are cancelled (and run to their end), async
+        generators and the default executor are shut down, and the loop is closed, as
+        :func:`asyncio.run` does.
+
+        Raises:
+            RuntimeError: outside the clock's ``with`` block.
+        """
+        self._require_running()
+        loop = _VirtualLoop(self)
+        with mock.patch.object(asyncio, "sleep", self._loop_sleep(loop, asyncio.sleep)):
+            try:
+                yield loop
+            finally:
+                _shut_down(loop)
+
+    def _loop_sleep(
+        self, loop: asyncio.AbstractEventLoop, elsewhere: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]:
+        async def sleep(delay: float, result: Any = None) -> Any:
+            """``asyncio.sleep``: a timer on the virtual loop, as before on any other."""
+            if _running_loop() is not loop:
+                return await elsewhere(delay, result)
+            if delay != math.inf:
+                if isinstance(delay, numbers.Real) and not isinstance(delay, bool) and delay < 0:
+                    delay = 0.0
+                self._record(self._duration(delay, "sleep"))
+            return await asyncio.tasks.sleep(delay, result)
 
         return sleep
 
@@ -311,6 +392,83 @@ class VirtualClock:
             with _active_lock:
                 if _active is self:
                     _active = None
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class _VirtualSelector(selectors.DefaultSelector):
+    """A selector that, asked to wait for a timer, moves the virtual clock to it instead."""
+
+    def __init__(self, clock: VirtualClock, next_timer: Callable[[], float]) -> None:
+        super().__init__()
+        self._clock = clock
+        self._next_timer = next_timer
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = super().select(0)
+        if ready or timeout == 0:
+            return ready
+        when = self._next_timer()
+        if when == math.inf:  # no timer: only real I/O (or another thread) can wake the loop
+            return super().select(None)
+        self._clock._move_to(when)
+        return []
+
+
+class _VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop on the virtual clock: its time is the clock's monotonic time, and it
+    keeps its own heap of timers, so its selector moves the clock to exactly the next one."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self._clock = clock
+        self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []
+        self._order = itertools.count()
+        super().__init__(_VirtualSelector(clock, self._next_timer))
+
+    def time(self) -> float:
+        return self._clock._elapsed
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        handle = super().call_at(when, callback, *args, context=context)
+        heapq.heappush(self._timers, (handle.when(), next(self._order), handle))
+        return handle
+
+    def _next_timer(self) -> float:
+        """The time of the earliest timer still pending (``inf``: none); fired and
+        cancelled ones are dropped."""
+        timers, now = self._timers, self._clock._elapsed
+        while timers and (timers[0][2].cancelled() or timers[0][0] <= now):
+            heapq.heappop(timers)
+        return timers[0][0] if timers else math.inf
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending, shut async generators and the executor down, close:
+    as :func:`asyncio.run` ends (the executor awaited without a timeout, which would be a
+    timer of this loop and fire at once)."""
+    if loop.is_closed():
+        return
+    try:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
 
 
 def _relax_frame_inspection(api: Any) -> None:

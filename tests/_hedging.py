@@ -1,8 +1,8 @@
 """Helpers of the hedging tests: scripted attempts, fake throttles and budgets, a simulator.
 
-Every test runs on the library's virtual clock driven by :func:`benchmarks.tail.virtual_loop`
-(an event loop that jumps the clock to its next timer), so concurrent attempts overlap in
-virtual time and every instant is exact.
+Every test runs on the library's virtual clock driven by its event loop
+(:meth:`tenacity_budget.testing.VirtualClock.event_loop`, which jumps the clock to its next
+timer), so concurrent attempts overlap in virtual time and every instant is exact.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from benchmarks.tail import virtual_loop
 from tenacity_budget.testing import virtual_clock
 
 T = TypeVar("T")
@@ -22,7 +21,7 @@ T = TypeVar("T")
 
 def simulate(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run ``main()`` on a fresh virtual clock (its monotonic clock starts at 0.0)."""
-    with virtual_clock() as clock, virtual_loop(clock) as loop:
+    with virtual_clock() as clock, clock.event_loop() as loop:
         return loop.run_until_complete(main())
 
 
