@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 import importlib.metadata
 import math
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from tenacity_budget import (
     BackoffPolicy,
     BudgetExhausted,
     ExhaustionReport,
+    Hedge,
     JitterMode,
     StopReason,
     remaining,
@@ -278,6 +280,243 @@ async def test_concurrent_tasks_share_the_clock() -> None:
         await asyncio.gather(asyncio.sleep(1), asyncio.sleep(2), asyncio.sleep(4))
         assert sorted(clock.sleeps) == [1.0, 2.0, 4.0]
         assert clock.elapsed == 7.0  # sleeps add up: the clock does not model parallel waits
+
+
+# -- the clock's event loop ---------------------------------------------------------------
+
+
+def _on_the_loop(main: Callable[[VirtualClock], Any], start: datetime = START) -> VirtualClock:
+    """Run ``main(clock)`` (a coroutine) on a fresh clock's event loop; return the clock."""
+    with virtual_clock(start) as clock, clock.event_loop() as loop:
+        loop.run_until_complete(main(clock))
+    return clock
+
+
+def test_concurrent_sleeps_overlap_on_the_event_loop() -> None:
+    ended: list[tuple[float, float]] = []
+
+    async def sleeper(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        ended.append((seconds, time.monotonic()))
+
+    async def main(clock: VirtualClock) -> None:
+        await asyncio.gather(sleeper(4), sleeper(1), sleeper(2))
+        assert clock.now() == START + timedelta(seconds=4)
+
+    clock = _on_the_loop(main)
+    assert ended == [(1, 1.0), (2, 2.0), (4, 4.0)]  # each at its own time, in time order
+    assert clock.elapsed == 4.0  # overlapped: the longest, not the sum
+    assert clock.sleeps == [4.0, 1.0, 2.0]  # recorded in the order made
+    assert clock.slept == 7.0
+
+
+@st.composite
+def _timer_programs(draw: st.DrawFn) -> list[tuple[int, list[int]]]:
+    """Tasks, each a start delay then a chain of sleeps, in whole microseconds (so that two
+    distinct instants are farther apart than the loop's clock resolution)."""
+    micros = st.integers(min_value=0, max_value=5_000_000_000)
+    return draw(st.lists(st.tuples(micros, st.lists(micros, max_size=4)), min_size=1, max_size=6))
+
+
+@settings(max_examples=60, deadline=None)
+@given(program=_timer_programs(), offset=st.integers(min_value=0, max_value=10**9))
+def test_timers_fire_at_exactly_their_virtual_time_and_the_clock_never_goes_back(
+    program: list[tuple[int, list[int]]], offset: int
+) -> None:
+    fired: list[tuple[float, float, float]] = []  # (when, loop.time(), time.monotonic())
+    readings: list[tuple[float, datetime]] = []
+
+    async def task(loop: asyncio.AbstractEventLoop, first: int, chain: list[int]) -> None:
+        done = loop.create_future()
+        timer: list[asyncio.TimerHandle] = []
+
+        def ring() -> None:
+            fired.append((timer[0].when(), loop.time(), time.monotonic()))
+            done.set_result(None)
+
+        timer.append(loop.call_later(first / 1e6, ring))
+        await done
+        for micros in chain:
+            due = loop.time() + micros / 1e6
+            await asyncio.sleep(micros / 1e6)
+            fired.append((due, loop.time(), time.monotonic()))
+            readings.append((time.monotonic(), datetime.now(UTC)))
+
+    async def main(clock: VirtualClock) -> None:
+        clock.advance(offset / 1e6)  # timers computed from a clock that is not at 0
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(task(loop, first, chain) for first, chain in program))
+
+    clock = _on_the_loop(main)
+    assert all(when == at == mono for when, at, mono in fired)  # exactly its time
+    assert [at for _, at, _ in fired] == sorted(at for _, at, _ in fired)  # in time order
+    assert readings == sorted(readings)  # neither clock ever went back
+    assert clock.elapsed == max(at for _, at, _ in fired)  # and never past the last timer
+
+
+def test_a_timer_set_in_the_past_fires_at_once_without_moving_the_clock_back() -> None:
+    seen: list[float] = []
+
+    async def main(clock: VirtualClock) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(10)
+        done = loop.create_future()
+        loop.call_at(3.0, lambda: (seen.append(loop.time()), done.set_result(None)))
+        await done
+
+    clock = _on_the_loop(main)
+    assert seen == [10.0]
+    assert clock.elapsed == 10.0
+
+
+def test_blocking_time_in_a_task_makes_due_timers_fire_late() -> None:
+    seen: list[float] = []
+
+    async def main(clock: VirtualClock) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(1, lambda: seen.append(loop.time()))
+        clock.advance(5)  # a blocking step: the loop cannot run the timer meanwhile
+        time.sleep(2)  # so is a blocking sleep
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    clock = _on_the_loop(main)
+    assert seen == [7.0]
+    assert clock.sleeps == [2.0, 0.0, 0.0]
+
+
+def test_event_loop_sleeps_validate_as_the_clock_does() -> None:
+    async def main(clock: VirtualClock) -> None:
+        assert await asyncio.sleep(-3, result="now") == "now"  # negative: 0, as in asyncio
+        with pytest.raises(ValueError, match="sleep length"):
+            await asyncio.sleep(math.nan)
+        forever = asyncio.ensure_future(asyncio.sleep(math.inf))  # no timer at all
+        await asyncio.sleep(1)
+        forever.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await forever
+
+    clock = _on_the_loop(main)
+    assert clock.sleeps == [0.0, 1.0]  # the endless sleep is not a sleep of any length
+    assert clock.elapsed == 1.0  # and it did not move the clock
+
+
+def test_a_sleep_on_another_loop_keeps_the_clock_behaviour() -> None:
+    with virtual_clock(START) as clock, clock.event_loop():
+        asyncio.run(asyncio.sleep(3))  # a plain loop: the clock jumps, as without the loop
+        assert clock.elapsed == 3.0
+        assert clock.sleeps == [3.0]
+
+
+def test_the_event_loop_needs_a_running_clock_and_exits_cleanly() -> None:
+    clock = virtual_clock(START)
+    with pytest.raises(RuntimeError, match="not running"):
+        clock.event_loop().__enter__()
+    cleaned: list[float] = []
+
+    async def lingering() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cleaned.append(time.monotonic())
+
+    with clock:
+        clock_sleep = asyncio.sleep
+        with clock.event_loop() as loop:
+            loop.run_until_complete(asyncio.sleep(0))
+            task = loop.create_task(lingering())
+            loop.run_until_complete(asyncio.sleep(1))
+        assert task.cancelled()
+        assert cleaned == [1.0]  # cancelled, and run to its end, on exit
+        assert loop.is_closed()
+        assert asyncio.sleep is clock_sleep  # the clock's own sleep again
+    with pytest.raises(RuntimeError, match="not running"):
+        clock.event_loop().__enter__()
+
+
+# -- real I/O on the clock's event loop
+
+
+def test_real_io_that_is_ready_is_read_at_the_current_virtual_instant() -> None:
+    received: list[tuple[bytes, float]] = []
+
+    async def main(clock: VirtualClock) -> None:
+        loop = asyncio.get_running_loop()
+        left, right = socket.socketpair()
+        with left, right:
+            left.setblocking(False)
+            right.setblocking(False)
+
+            async def reader() -> None:
+                received.append((await loop.sock_recv(left, 10), time.monotonic()))
+
+            async def writer() -> None:
+                await asyncio.sleep(5)
+                await loop.sock_sendall(right, b"late")
+
+            await asyncio.gather(reader(), writer())
+
+    _on_the_loop(main)
+    assert received == [(b"late", 5.0)]
+
+
+def test_real_io_with_no_timer_pending_is_awaited_while_the_clock_stands_still() -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+
+    async def main(clock: VirtualClock) -> None:
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"over loopback\n")
+            assert await reader.readline() == b"over loopback\n"
+            writer.close()
+            await writer.wait_closed()
+        threaded = await asyncio.get_running_loop().run_in_executor(None, sum, range(100))
+        assert threaded == 4950  # a thread's result reaches the loop too
+
+    clock = _on_the_loop(main)
+    assert clock.elapsed == 0.0
+
+
+def test_real_io_does_not_hold_the_clock_back_from_a_pending_timer() -> None:
+    async def main(clock: VirtualClock) -> None:
+        loop = asyncio.get_running_loop()
+        left, right = socket.socketpair()
+        with left, right:
+            left.setblocking(False)
+            with pytest.raises(TimeoutError):  # nothing was there: the timeout fires at once
+                await asyncio.wait_for(loop.sock_recv(left, 10), timeout=30)
+
+    clock = _on_the_loop(main)
+    assert clock.elapsed == 30.0
+
+
+def test_testing_mode_does_not_change_a_hedged_run() -> None:
+    policy = BackoffPolicy(base=0.1, cap=1, max_elapsed=5, jitter="none")
+    slow = [1.0, 0.010, 0.010]
+
+    def hedged_run() -> tuple[list[float], float]:
+        starts: list[float] = []
+
+        @policy.retry(hedge=Hedge(0.010, max_attempts=3))
+        async def read() -> str:
+            starts.append(time.monotonic())
+            await asyncio.sleep(slow[len(starts) - 1])
+            return "ok"
+
+        async def main(clock: VirtualClock) -> None:
+            assert await read() == "ok"
+
+        return starts, _on_the_loop(main).elapsed
+
+    plain = hedged_run()
+    with testing_mode(attempts=1):  # would allow one call, and no wait, to a retried run
+        assert hedged_run() == plain
+    assert plain == ([0.0, 0.010], 0.020)  # hedged after 10 ms, which answered 10 ms later
 
 
 # -- budgets and deadlines under the clock ------------------------------------------------
@@ -628,8 +867,17 @@ FIXTURE_TESTS = """
         await asyncio.sleep(120)
         assert virtual_clock.sleeps == [120.0]
 
+    def test_event_loop_fixture_overlaps_sleeps(virtual_clock, virtual_event_loop):
+        async def main():
+            await asyncio.gather(asyncio.sleep(30), asyncio.sleep(20))
+            return time.monotonic()
+
+        assert virtual_event_loop.run_until_complete(main()) == 30.0
+        assert virtual_clock.sleeps == [30.0, 20.0]
+
     def test_after_the_fixture_sleep_is_real_again():
         assert type(time.sleep).__name__ == "builtin_function_or_method"
+        assert asyncio.sleep is asyncio.tasks.sleep
 """
 
 
@@ -641,7 +889,7 @@ def test_fixture_through_the_plugin_module(
     result = pytester.runpytest(
         "-p", "tenacity_budget.pytest_plugin", "-p", "pytest_asyncio.plugin", "-q", *QUIET
     )
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
 
 
 def test_fixture_is_installed_through_the_pytest11_entry_point(
@@ -657,7 +905,7 @@ def test_fixture_is_installed_through_the_pytest11_entry_point(
     assert "tenacity_budget.pytest_plugin" in {p.value for p in points}
     pytester.makepyfile(FIXTURE_TESTS)
     result = pytester.runpytest("-q", *QUIET)  # no -p: the installed entry point provides it
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
 
 
 def test_conftest_recipe_enables_testing_mode_for_a_whole_suite(
