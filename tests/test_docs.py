@@ -6,7 +6,8 @@
   before it on the same page (the test of such a block runs its chain's earlier blocks first).
   A block below ``<!-- docs-test: skip: <reason> -->`` is skipped with that reason; a skip
   without one is an error. Real sleeps are forbidden: examples that retry run on the
-  virtual clock. The ``test_*`` functions a block defines run too (with ``virtual_clock``).
+  virtual clock. The ``test_*`` functions a block defines run too (with the fixtures
+  ``virtual_clock`` and ``virtual_event_loop``).
 * A block that reads ``REDIS_URL`` gets a real server (``tests/_redis.py``), flushed before
   the block runs; the HTTP recipes bring their own stand-in server (``httpx.MockTransport``
   or an ASGI app behind ``httpx.ASGITransport``), so they run as a user would copy them.
@@ -201,19 +202,31 @@ def _test_functions(module: types.ModuleType, before: dict[str, Any]) -> dict[st
     }
 
 
+def _fixtures(name: str, fn: Callable[..., Any], stack: contextlib.ExitStack) -> dict[str, Any]:
+    """The fixtures a docs test asks for: ``virtual_clock``, ``virtual_event_loop`` (one clock)."""
+    from tenacity_budget.testing import virtual_clock
+
+    params = set(inspect.signature(fn).parameters)
+    unknown = params - {"virtual_clock", "virtual_event_loop"}
+    if unknown:
+        raise AssertionError(f"{name} needs an unknown fixture {sorted(unknown)[0]!r}")
+    if not params:
+        return {}
+    clock = stack.enter_context(virtual_clock())
+    kwargs: dict[str, Any] = {"virtual_clock": clock} if "virtual_clock" in params else {}
+    if "virtual_event_loop" in params:
+        kwargs["virtual_event_loop"] = stack.enter_context(clock.event_loop())
+    return kwargs
+
+
 def _call_example_tests(tests: dict[str, Any]) -> list[str]:
     """Run the ``test_*`` functions a block defines (its examples of tests); return their names."""
-    from tenacity_budget.testing import set_testing, virtual_clock
+    from tenacity_budget.testing import set_testing
 
     ran = []
     for attr, fn in tests.items():
         with contextlib.ExitStack() as stack:
-            kwargs: dict[str, Any] = {}
-            for param in inspect.signature(fn).parameters:
-                if param == "virtual_clock":
-                    kwargs[param] = stack.enter_context(virtual_clock())
-                else:
-                    raise AssertionError(f"{attr} needs an unknown fixture {param!r}")
+            kwargs = _fixtures(attr, fn, stack)
             result = fn(**kwargs)
             if asyncio.iscoroutine(result):
                 asyncio.run(result)

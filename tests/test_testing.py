@@ -434,6 +434,15 @@ def test_the_event_loop_needs_a_running_clock_and_exits_cleanly() -> None:
         clock.event_loop().__enter__()
 
 
+def test_tasks_stuck_for_ever_end_at_once_at_their_timeout() -> None:
+    async def main(clock: VirtualClock) -> None:
+        never = asyncio.get_running_loop().create_future()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(never, 3600)
+
+    assert _on_the_loop(main).elapsed == 3600.0
+
+
 # -- real I/O on the clock's event loop
 
 
