@@ -79,7 +79,8 @@ class VirtualClock:
       the same, then still yields to the event loop once (it awaits the real
       ``asyncio.sleep(0)``), so other tasks keep running. A negative delay counts as 0, as
       in asyncio; ``asyncio.sleep(math.inf)`` parks on the real sleep (until cancelled)
-      without moving the clock;
+      without moving the clock (on :meth:`event_loop`, an event loop on this clock, it is
+      a timer instead, so concurrent sleeps overlap);
     * :meth:`advance` moves the clock without recording a sleep: it simulates an attempt
       (or anything else) taking time.
 
