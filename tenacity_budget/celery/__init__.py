@@ -27,6 +27,7 @@ from ._dead_letter import DeadLetterQueue as DeadLetterQueue
 from ._headers import (
     _BUDGET_ATTR,
     _connect_publish_hook,
+    _header,
     _iso,
     _read_count,
     _read_seconds,
@@ -126,7 +127,7 @@ class _Message:
         deadline = _read_time(request, DEADLINE_HEADER)
         retries = int(request.retries or 0)
         position, fingerprint = _schedule_position(
-            policy, request.id, retries, request.get(SCHEDULE_HEADER)
+            policy, request.id, retries, _header(request, SCHEDULE_HEADER)
         )
         return cls(
             now=now,

@@ -80,13 +80,22 @@ def _parse_time(value: object, key: str) -> datetime | None:
     return check_aware(datetime.fromisoformat(value), f"header {key!r}")
 
 
+def _header(request: Any, key: str) -> object:
+    """Header ``key`` of the request's message, or ``None``: a worker sets it on the request
+    itself; an eager run (``task.apply``, and its retries) keeps it in ``request.headers``."""
+    value = request.get(key)
+    if value is None:
+        value = (request.headers or {}).get(key)
+    return value
+
+
 def _read_time(request: Any, key: str) -> datetime | None:
-    return _parse_time(request.get(key), key)
+    return _parse_time(_header(request, key), key)
 
 
 def _read_seconds(request: Any, key: str) -> float:
     """A header of seconds (``0.0`` when absent); a malformed one is a ``ValueError``."""
-    value = request.get(key)
+    value = _header(request, key)
     if value is None:
         return 0.0
     try:
@@ -97,7 +106,7 @@ def _read_seconds(request: Any, key: str) -> float:
 
 def _read_count(request: Any, key: str) -> int:
     """A header counting attempts (``0`` when absent); a malformed one is a ``ValueError``."""
-    value = request.get(key)
+    value = _header(request, key)
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
