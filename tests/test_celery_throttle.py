@@ -329,3 +329,37 @@ def test_the_throttled_header_counts_rejections_in_a_row() -> None:
     budget = CeleryBudget(POLICY, dead_letter=lambda letter: None, throttle=Script(answers, log))
     _eager(budget, "header", failing).apply()
     assert seen[:3] == [2, 1, None]  # after 2 rejections, after 1, after an attempt that ran
+
+
+@pytest.mark.parametrize(("answer", "reason"), [(False, "throttled"), (True, "wall_clock")])
+def test_a_retry_arriving_too_late_after_a_rejection_is_given_up_throttled(
+    answer: bool, reason: str
+) -> None:
+    """Each retry is delivered 5 s after its countdown (a backlog), on the virtual clock:
+    the third arrives past the budget and is given up unasked. After a rejection, the
+    throttle ended the run; after an attempt that ran, the time budget did."""
+    from celery import Celery, Task
+
+    from tenacity_budget.testing import virtual_clock
+
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20, jitter="none", attempt_duration=1)
+    log: list[str] = []
+    letters: list[DeadLetter] = []
+    budget = CeleryBudget(policy, dead_letter=letters.append, throttle=Script([answer], log))
+
+    with virtual_clock() as clock:
+
+        class Late(Task):  # type: ignore[misc]
+            def retry(self, *args: Any, **kwargs: Any) -> Any:
+                clock.advance(kwargs["countdown"] + 5.0)
+                return super().retry(*args, **kwargs)
+
+        eager = Celery(f"tb_eager_late_{answer}", set_as_current=False)
+        task = eager.task(bind=True, base=Late, name="tb.eager.late")(budget(_failing(log)))
+        task.apply()
+    # t = 0, 6 (1 + 5), 13 (2 + 5): asked; t = 22 (4 + 5): past the 20 s budget.
+    assert log.count("rejected" if not answer else "admitted") == 3
+    (letter,) = letters
+    assert letter.report.reason.value == reason
+    assert letter.report.attempts == 3
+    assert letter.report.last_exception is None  # the late retry never ran
