@@ -1270,6 +1270,56 @@ def test_a_retry_budget_caps_retries_and_a_child_task_inherits_its_parents_deadl
     assert _when(value["at"]) <= _when(child[STARTED_HEADER])  # published during the attempt
 
 
+def _throttle_log(task_id: str) -> list[str]:
+    return [x.decode() for x in _store().lrange(f"tb:throttle:{task_id}", 0, -1)]
+
+
+@pytest.mark.celery
+def test_a_throttle_that_rejects_retries_on_the_schedule_then_dead_letters_throttled(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    """A real AdaptiveThrottle fed overload signals rejects every attempt: none runs, the
+    retry budget beside it is never touched, each rejection is retried on the task's
+    schedule, and the run is dead-lettered 'throttled' once its time budget is spent."""
+    queue, dead = _names()
+    start_worker(queue, dead)
+    result = tb.shed_task.apply_async(args=(0,), queue=queue)  # would succeed if it ran
+    error = _result(result)
+    assert isinstance(error, TaskBudgetExhausted)
+    (letter,), left = _dead_letters(app, dead, 1)
+    assert left == 0
+    assert letter == error.letter
+    report = letter["report"]
+    assert report["reason"] == "throttled"
+    assert "Throttled" in report["last_exception"]
+    assert "'shed'" in report["last_exception"]
+    countdowns = _countdowns(result.id)
+    # Retried on its own schedule, for as long as the time budget allowed (all of it,
+    # unless the machine ran the countdowns late enough for the wall clock to end it).
+    assert countdowns
+    assert countdowns == tb.shed.schedule(result.id)[: len(countdowns)]
+    assert report["attempts"] == len(countdowns) + 1
+    assert _throttle_log(result.id) == ["rejected"] * (len(countdowns) + 1)
+    assert _attempts(result.id) == []  # the body never ran
+    assert _budget_log(result.id) == []  # nothing sent: no deposit, no withdrawal
+    assert _when(letter["dead_lettered_at"]) <= _when(letter["deadline"])
+
+
+@pytest.mark.celery
+def test_a_throttle_that_admits_runs_every_attempt_and_records_each_outcome(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    queue, dead = _names()
+    start_worker(queue, dead)
+    result = tb.admitted_task.apply_async(args=(2,), queue=queue)
+    value = _result(result)
+    assert result.state == "SUCCESS", value
+    sent = ["admitted", "recorded:UpstreamError"]
+    assert _throttle_log(result.id) == sent * 2 + ["admitted", "recorded:dict"]
+    assert _countdowns(result.id) == tb.admitting.schedule(result.id)[:2]
+    _check_run_log(result.id, 3)
+
+
 @pytest.mark.celery
 def test_a_crash_during_the_first_attempt_keeps_the_runs_start_and_its_deposit(
     app: Any, start_worker: Callable[..., Worker]

@@ -2,7 +2,8 @@
 
 :class:`CeleryBudget` decorates a bound task: each countdown is retry ``n`` of the task's
 seeded schedule, the run's deadline travels in the message headers (so it holds on every
-worker and across restarts), and a spent task is dead-lettered. Celery is imported lazily:
+worker and across restarts), an adaptive throttle may keep an attempt from running (it is
+then retried like a failed one), and a spent task is dead-lettered. Celery is imported lazily:
 this module and its plan functions import without it. The guide is ``docs/celery.md``.
 """
 
@@ -17,15 +18,18 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 from ..context import remaining_until
-from ..exhaustion import ExhaustionReport, StopReason
+from ..exhaustion import ExhaustionReport, StopReason, Throttled
 from ..policy import BackoffPolicy
+from ..retrying import _check_options
 from ._dead_letter import DeadLetter, TaskBudgetExhausted
 from ._dead_letter import DeadLetterDestination as DeadLetterDestination
 from ._dead_letter import DeadLetterQueue as DeadLetterQueue
 from ._headers import (
     _BUDGET_ATTR,
     _connect_publish_hook,
+    _header,
     _iso,
+    _read_count,
     _read_seconds,
     _read_time,
     _redelivered,
@@ -36,6 +40,7 @@ from ._headers import DEADLINE_HEADER as DEADLINE_HEADER
 from ._headers import LONGEST_HEADER as LONGEST_HEADER
 from ._headers import SCHEDULE_HEADER as SCHEDULE_HEADER
 from ._headers import STARTED_HEADER as STARTED_HEADER
+from ._headers import THROTTLED_HEADER as THROTTLED_HEADER
 from ._headers import _on_publish as _on_publish
 from ._headers import _stamp as _stamp
 from ._lazy import _import
@@ -83,6 +88,21 @@ class _SyncRetryBudget(Protocol):
     def try_withdraw(self) -> bool: ...
 
 
+class _Throttle(Protocol):
+    """What ``CeleryBudget(throttle=...)`` takes: an :class:`~tenacity_budget.AdaptiveThrottle`
+    or a :class:`~tenacity_budget.redis.RedisAdaptiveThrottle`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def probability(self) -> float: ...
+
+    def admit(self) -> bool: ...
+
+    def record(self, outcome: object) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _Message:
     """What a task message says of its run, read once per attempt."""
@@ -95,6 +115,7 @@ class _Message:
     end: datetime  # the run deadline
     position: _SchedulePosition  # where the run stands in its schedule
     fingerprint: str  # of the run's schedule: what its cursor header belongs to
+    rejected: int  # attempts the throttle rejected in a row just before this one
 
     @classmethod
     def read(cls, policy: BackoffPolicy, request: Any) -> _Message:
@@ -106,7 +127,7 @@ class _Message:
         deadline = _read_time(request, DEADLINE_HEADER)
         retries = int(request.retries or 0)
         position, fingerprint = _schedule_position(
-            policy, request.id, retries, request.get(SCHEDULE_HEADER)
+            policy, request.id, retries, _header(request, SCHEDULE_HEADER)
         )
         return cls(
             now=now,
@@ -117,13 +138,23 @@ class _Message:
             end=run_deadline(policy, started, deadline),
             position=position,
             fingerprint=fingerprint,
+            rejected=_read_count(request, THROTTLED_HEADER),
         )
 
-    def headers_on(self, request: Any, longest: float) -> dict[str, Any]:
-        """The headers of the run's next message: the run's own, carried on."""
+    @property
+    def first_sent(self) -> bool:
+        """Whether no attempt of the run was sent before this one (each was rejected)."""
+        return self.rejected == self.retries
+
+    def headers_on(self, request: Any, longest: float, throttled: bool) -> dict[str, Any]:
+        """The headers of the run's next message: the run's own, carried on (``throttled``:
+        this attempt was rejected by the throttle)."""
         headers = dict(request.headers or {})
         headers[STARTED_HEADER] = _iso(self.started)
         headers[LONGEST_HEADER] = longest
+        headers.pop(THROTTLED_HEADER, None)
+        if throttled:
+            headers[THROTTLED_HEADER] = self.rejected + 1
         if self.deadline is not None:
             headers[DEADLINE_HEADER] = _iso(self.deadline)
         if self.position.after is not None:
@@ -174,6 +205,12 @@ def _sync_budget(budget: _SyncRetryBudget) -> _SyncRetryBudget:
     return budget
 
 
+def _throttle(throttle: _Throttle) -> _Throttle:
+    """``CeleryBudget(throttle=...)`` checked, as ``policy.retry(throttle=...)`` checks it."""
+    _check_options(None, None, False, throttle)
+    return throttle
+
+
 class CeleryBudget:
     """Give a bound Celery task a retry budget: a decorator for the task's function.
 
@@ -204,11 +241,20 @@ class CeleryBudget:
             client. Each task's first execution deposits one call; each retry the policy
             allows is then withdrawn from it, and a refused one dead-letters the task with
             reason ``retry_budget``.
+        throttle: an adaptive throttle (:class:`~tenacity_budget.AdaptiveThrottle`, or
+            fleet-wide :class:`~tenacity_budget.redis.RedisAdaptiveThrottle`). Every
+            execution, the first included, asks it once the time budget admits the
+            attempt; a rejected attempt does not run (it makes no deposit or withdrawal in
+            ``budget``) and is retried like a failed one, on the task's schedule within its
+            time budget; the task is dead-lettered with reason ``throttled`` when that time
+            budget is spent after a rejection. The outcome of every attempt that runs (its
+            result, or the exception it raised) is recorded in it.
 
     Raises:
         TypeError: for a policy that is not a BackoffPolicy, a bad destination or
-            ``retry_on``, or a ``budget`` that is not a retry budget or is asynchronous
-            (a Celery task is synchronous and cannot await its decisions).
+            ``retry_on``, a ``budget`` that is not a retry budget or is asynchronous
+            (a Celery task is synchronous and cannot await its decisions), or a
+            ``throttle`` that is not an adaptive throttle.
 
     Do not combine with Celery's ``autoretry_for``/``retry_backoff``: the policy replaces
     them. Use ``acks_late=True`` so a retry survives a worker crash (see ``docs/celery.md``).
@@ -221,6 +267,7 @@ class CeleryBudget:
         dead_letter: DeadLetterDestination | None = None,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         budget: _SyncRetryBudget | None = None,
+        throttle: _Throttle | None = None,
     ) -> None:
         if not isinstance(policy, BackoffPolicy):
             raise TypeError(f"policy must be a BackoffPolicy, got {type(policy).__name__}")
@@ -230,11 +277,13 @@ class CeleryBudget:
         )
         self.retry_on: tuple[type[BaseException], ...] = _exception_types(retry_on)
         self.budget = None if budget is None else _sync_budget(budget)
+        self.throttle = None if throttle is None else _throttle(throttle)
         _connect_publish_hook()
 
     def __repr__(self) -> str:
         budget = "" if self.budget is None else f", budget={self.budget!r}"
-        return f"CeleryBudget({self.policy!r}, dead_letter={self.dead_letter!r}{budget})"
+        throttle = "" if self.throttle is None else f", throttle={self.throttle!r}"
+        return f"CeleryBudget({self.policy!r}, dead_letter={self.dead_letter!r}{budget}{throttle})"
 
     def schedule(self, task_id: str) -> list[float]:
         """Every countdown the task with this id uses, in order, if it keeps failing."""
@@ -266,13 +315,12 @@ class CeleryBudget:
             return fn(task, *args, **kwargs)
         began = time.monotonic()
         run = _Message.read(self.policy, task.request)
-        self._admit(task, args, kwargs, run)
-        # The run's end is the ambient deadline of the attempt (its one copy): remaining()
-        # and current_deadline() inside the task count down to it, and a budgeted task
-        # published from inside inherits it as its deadline.
+        rejection = self._admit(task, args, kwargs, run)
+        if rejection is not None:
+            # Not run: retried like a failed attempt, on the time budget alone.
+            self._retry(task, args, kwargs, rejection, run, run.longest, throttled=True)
         try:
-            with remaining_until(run.end):
-                return fn(task, *args, **kwargs)
+            return self._attempt(fn, task, args, kwargs, run.end, TaskPredicate)
         except self.retry_on as exc:
             if isinstance(exc, TaskPredicate):
                 raise  # Celery's own Retry/Reject/Ignore: not a failure of the call
@@ -282,30 +330,69 @@ class CeleryBudget:
         longest = max(run.longest, time.monotonic() - began)
         self._retry(task, args, kwargs, failure, run, longest)
 
-    def _admit(self, task: Any, args: tuple[Any, ...], kwargs: Any, run: _Message) -> None:
-        """Give the task up if its attempt would end late; deposit a first execution."""
-        late = admit_attempt(
+    def _attempt(
+        self,
+        fn: Callable[..., Any],
+        task: Any,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        end: datetime,
+        predicate: type[BaseException],
+    ) -> Any:
+        """Run the task's body once, its outcome (result, or exception raised) recorded in
+        the throttle; Celery's own Retry/Reject/Ignore (``predicate``) are no outcome."""
+        throttle = self.throttle
+        # The run's end is the ambient deadline of the attempt (its one copy): remaining()
+        # and current_deadline() inside the task count down to it, and a budgeted task
+        # published from inside inherits it as its deadline.
+        with remaining_until(end):
+            if throttle is None:
+                return fn(task, *args, **kwargs)
+            try:
+                result = fn(task, *args, **kwargs)
+            except Exception as exc:
+                if not isinstance(exc, predicate):
+                    throttle.record(exc)
+                raise
+        throttle.record(result)
+        return result
+
+    def _admit(
+        self, task: Any, args: tuple[Any, ...], kwargs: Any, run: _Message
+    ) -> Throttled | None:
+        """The attempt's admission (the time budget, then the throttle): give the task up
+        if its attempt would end late, return the throttle's rejection, else deposit the
+        run's first attempt sent in the retry budget."""
+        throttle = self.throttle
+        reason = admit_attempt(
             self.policy,
             started=run.started,
             now=run.now,
             deadline=run.deadline,
             longest=run.longest,
+            throttle=None if throttle is None else throttle.admit,
         )
-        if late is not None:
-            # Too late to finish in time: never run an attempt past the deadline.
+        if reason is StopReason.THROTTLED:
+            assert throttle is not None
+            return Throttled(str(getattr(throttle, "name", "default")), throttle.probability)
+        if reason is not None:
+            # Too late to finish in time: never run an attempt past the deadline. Right
+            # after rejections, the throttle is what ended the run.
             report = self._report(
                 attempts=run.retries,
                 slept=run.position.slept,
                 elapsed=(run.now - run.started).total_seconds(),
                 deadline=run.deadline,
-                reason=late,
+                reason=StopReason.THROTTLED if run.rejected else reason,
                 exc=None,
             )
             self._give_up(task, args, kwargs, report, run.end, None)
-        if self.budget is not None and run.retries == 0 and not _redelivered(task.request):
-            # One call, one deposit: a first attempt the broker delivers again (its worker
-            # crashed, or its retry could not be published) was deposited the first time.
+        if self.budget is not None and run.first_sent and not _redelivered(task.request):
+            # One call, one deposit, when its first attempt is sent: a first attempt the
+            # broker delivers again (its worker crashed, or its retry could not be
+            # published) was deposited the first time.
             self.budget.deposit()
+        return None
 
     def _retry(
         self,
@@ -315,8 +402,11 @@ class CeleryBudget:
         exc: BaseException,
         run: _Message,
         longest: float,
+        *,
+        throttled: bool = False,
     ) -> NoReturn:
-        """Schedule the retry of a failed attempt, or give the task up."""
+        """Schedule the retry of a failed (or ``throttled``: not run) attempt, or give the
+        task up."""
         Reject = _import("celery.exceptions").Reject
 
         plan = _plan_retry(
@@ -329,6 +419,7 @@ class CeleryBudget:
             longest=longest,
             grant=None if self.budget is None else self.budget.try_withdraw,
             position=run.position,
+            throttled=throttled,
         )
         if plan.reason is not None:
             report = self._report(
@@ -345,7 +436,7 @@ class CeleryBudget:
                 exc=exc,
                 countdown=plan.countdown,
                 max_retries=self.policy.max_attempts(),
-                headers=run.headers_on(task.request, longest),
+                headers=run.headers_on(task.request, longest, throttled),
                 throw=False,
             )
         except Reject as rejected:
@@ -471,4 +562,6 @@ def _why(reason: StopReason) -> str:
     """Why a run was given up, in words: the words "retry budget" only for its refusals."""
     if reason is StopReason.RETRY_BUDGET:
         return f"retry budget refused the retry ({reason.value})"
+    if reason is StopReason.THROTTLED:
+        return f"time budget exhausted after the throttle rejected its attempt ({reason.value})"
     return f"time budget exhausted ({reason.value})"

@@ -1,8 +1,9 @@
 """Message headers of a budgeted Celery task, and the publish hook that stamps them.
 
-The run's start, an explicit deadline and the longest attempt travel in the task
-message's headers, so every worker computes the same run. Stamping reads Celery's
-private app registry in one place, :func:`_registered_budget`. See ``docs/celery.md``.
+The run's start, an explicit deadline, the longest attempt and the throttle's rejections
+in a row travel in the task message's headers, so every worker computes the same run.
+Stamping reads Celery's private app registry in one place, :func:`_registered_budget`.
+See ``docs/celery.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ LONGEST_HEADER = "tenacity_budget_longest"
 SCHEDULE_HEADER = "tenacity_budget_schedule"
 """Message header: where the run stands in its seeded schedule (the sums of its countdowns
 and the generator's state), so a retry continues it in O(1) rather than replaying it."""
+THROTTLED_HEADER = "tenacity_budget_throttled"
+"""Message header: how many attempts in a row, just before this one, the task's throttle
+rejected (absent: the last attempt ran, or none was made)."""
 
 
 def _utc(instant: datetime) -> datetime:
@@ -76,19 +80,38 @@ def _parse_time(value: object, key: str) -> datetime | None:
     return check_aware(datetime.fromisoformat(value), f"header {key!r}")
 
 
+def _header(request: Any, key: str) -> object:
+    """Header ``key`` of the request's message, or ``None``: a worker sets it on the request
+    itself; an eager run (``task.apply``, and its retries) keeps it in ``request.headers``."""
+    value = request.get(key)
+    if value is None:
+        value = (request.headers or {}).get(key)
+    return value
+
+
 def _read_time(request: Any, key: str) -> datetime | None:
-    return _parse_time(request.get(key), key)
+    return _parse_time(_header(request, key), key)
 
 
 def _read_seconds(request: Any, key: str) -> float:
     """A header of seconds (``0.0`` when absent); a malformed one is a ``ValueError``."""
-    value = request.get(key)
+    value = _header(request, key)
     if value is None:
         return 0.0
     try:
         return seconds(float(value) if isinstance(value, str) else value, f"header {key!r}")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"header {key!r} must be a non-negative number, got {value!r}") from exc
+
+
+def _read_count(request: Any, key: str) -> int:
+    """A header counting attempts (``0`` when absent); a malformed one is a ``ValueError``."""
+    value = _header(request, key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"header {key!r} must be an int >= 0, got {value!r}")
+    return value
 
 
 def _eta(headers: Mapping[str, Any]) -> datetime | None:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from .._validate import seconds
 from ..context import check_aware, earliest
@@ -305,15 +306,18 @@ def _stop_reason(
     deadline: datetime | None,
     next_attempt: float,
     grant: Callable[[], bool] | None = None,
+    throttle: Callable[[], bool] | None = None,
 ) -> StopReason | None:
-    """The one decision: :func:`~tenacity_budget.decision.decide`, then the retry budget.
+    """The one decision: :func:`~tenacity_budget.decision.decide`, time budget, throttle,
+    then retry budget.
 
     ``position`` is ``None`` for an attempt about to start (no sleep ahead of it). The
     datetimes are exact to a microsecond: the elapsed time is handed over less
     ``_RESOLUTION`` and the time to the deadline plus it, so a plan ending exactly at the
     budget's end or at the deadline is not refused for the rounding of its instants.
-    ``grant`` (a retry budget's ``try_withdraw``) is asked last, and only when every other
-    check allows the retry: a run the policy ends never spends it.
+    ``throttle`` (an adaptive throttle's ``admit``) is asked once the time budget allows
+    the attempt, and ``grant`` (a retry budget's ``try_withdraw``) last, only when every
+    other check allows the retry: a run the policy ends never spends it.
     """
     explicit = _explicit_deadline(policy, deadline)
     until = math.inf if explicit is None else (explicit - now).total_seconds()
@@ -335,6 +339,7 @@ def _stop_reason(
         None,
         None,
         grant,
+        throttle,
     )
     return reason
 
@@ -374,6 +379,7 @@ def plan_retry(
     now: datetime,
     deadline: datetime | None = None,
     longest: float = 0.0,
+    throttled: bool = False,
 ) -> RetryPlan:
     """Decide whether, and after which countdown, a failed attempt is retried.
 
@@ -398,6 +404,9 @@ def plan_retry(
         now: the current time (timezone-aware).
         deadline: an explicit absolute deadline, if any.
         longest: the longest attempt of the run so far, in seconds.
+        throttled: the attempt was rejected by the task's throttle (never run): it is
+            retried like a failed one, on the time budget alone (no retry budget is asked:
+            nothing was sent), and a refusal's reason is ``throttled``.
     """
     return _plan_retry(
         policy,
@@ -407,6 +416,7 @@ def plan_retry(
         now=now,
         deadline=deadline,
         longest=longest,
+        throttled=throttled,
     )
 
 
@@ -421,9 +431,11 @@ def _plan_retry(
     longest: float,
     grant: Callable[[], bool] | None = None,
     position: _SchedulePosition | None = None,
+    throttled: bool = False,
 ) -> RetryPlan:
     """:func:`plan_retry`, with a retry budget's ``grant`` asked last (see _stop_reason),
-    and the task's ``position`` in its schedule when the caller has it (else replayed)."""
+    and the task's ``position`` in its schedule when the caller has it (else replayed).
+    A ``throttled`` attempt's plan never asks ``grant``."""
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries!r}")
     check_aware(now, "now")
@@ -439,11 +451,18 @@ def _plan_retry(
         now=now,
         deadline=deadline,
         next_attempt=need_attempt,
-        grant=grant,
+        grant=None if throttled else grant,
     )
+    if reason is not None and throttled:
+        # The time budget is spent on the heels of a rejection: the throttle ended the run.
+        reason = StopReason.THROTTLED
     countdown = position.countdown if reason is None else None
     elapsed = (now - started).total_seconds()
     return RetryPlan(retries + 1, countdown, reason, position.slept, elapsed, end)
+
+
+class _Throttle(Protocol):
+    def admit(self) -> bool: ...
 
 
 def admit_attempt(
@@ -453,17 +472,28 @@ def admit_attempt(
     now: datetime,
     deadline: datetime | None = None,
     longest: float = 0.0,
+    throttle: _Throttle | Callable[[], bool] | None = None,
 ) -> StopReason | None:
-    """Why an attempt starting ``now`` must not run (it would end past the run deadline).
+    """Why an attempt starting ``now`` must not run: it would end past the run deadline,
+    or the task's throttle rejects it.
 
     ``None`` admits it. A retry normally starts in time, as its countdown was planned to;
     one that arrives late (redelivered after a worker crash, or held up behind a backlog)
     and could not finish before the deadline is dead-lettered instead of run. The same
     decision as :func:`plan_retry`, with no sleep ahead (so only ``wall_clock`` and
-    ``deadline`` can refuse it).
+    ``deadline`` can refuse it), then ``throttle`` (an adaptive throttle, or its
+    ``admit``), asked only once the time budget admits the attempt: ``throttled`` when it
+    rejects it (the attempt is not run; :func:`plan_retry` with ``throttled=True`` plans
+    what follows).
     """
     check_aware(now, "now")
     check_aware(started, "started")
+    admission = getattr(throttle, "admit", throttle)
+    if admission is not None and not callable(admission):
+        raise TypeError(
+            "throttle must be an adaptive throttle (admit()) or its admission, "
+            f"got {type(throttle).__name__}"
+        )
     return _stop_reason(
         policy,
         attempts=0,
@@ -472,4 +502,5 @@ def admit_attempt(
         now=now,
         deadline=deadline,
         next_attempt=_attempt_estimate(policy, longest),
+        throttle=admission,
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -33,7 +34,7 @@ from celery import Celery, Task
 from kombu.exceptions import OperationalError
 
 import tenacity_budget
-from tenacity_budget import BackoffPolicy
+from tenacity_budget import AdaptiveThrottle, BackoffPolicy
 from tenacity_budget.celery import (
     SCHEDULE_HEADER,
     STARTED_HEADER,
@@ -227,6 +228,60 @@ class RecordingBudget:
         return granted
 
 
+class Overloaded(UpstreamError):
+    """The upstream shed the call (an HTTP 503): an overload signal to a throttle."""
+
+    status_code = 503
+
+
+class RecordingThrottle:
+    """A real :class:`~tenacity_budget.AdaptiveThrottle`, each call of which is also logged.
+
+    Every admission (``admitted``/``rejected``) and every outcome recorded (``recorded:`` and
+    the outcome's type) is pushed to ``tb:throttle:<task id>`` (the task being run); the
+    decisions themselves are the wrapped throttle's.
+    """
+
+    def __init__(self, inner: AdaptiveThrottle) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def probability(self) -> float:
+        return self.inner.probability
+
+    def _log(self, what: str) -> None:
+        store().rpush(f"tb:throttle:{app.current_worker_task.request.id}", what)
+
+    def admit(self) -> bool:
+        admitted = self.inner.admit()
+        self._log("admitted" if admitted else "rejected")
+        return admitted
+
+    def record(self, outcome: object) -> None:
+        self._log(f"recorded:{type(outcome).__name__}")
+        self.inner.record(outcome)
+
+
+OVERLOAD_FEED = 2000
+"""Overload signals fed to the rejecting throttle when a worker imports this module."""
+THROTTLE_SEED = 18
+"""Seeds the rejecting throttle's draws (the tests check every one of them rejects)."""
+
+
+def overloaded_throttle() -> AdaptiveThrottle:
+    """A throttle whose backend shed its last ``OVERLOAD_FEED`` attempts: it rejects about
+    all but one attempt in ``OVERLOAD_FEED``, deterministically (seeded)."""
+    throttle = AdaptiveThrottle(k=2.0, window=3600.0, name="shed", rng=random.Random(THROTTLE_SEED))
+    for _ in range(OVERLOAD_FEED):
+        if throttle.admit():
+            throttle.record(Overloaded("the upstream shed the call"))
+    return throttle
+
+
 def _attempt(task: Any, fails: int | None, *, hold: bool = False) -> dict[str, Any]:
     """One attempt: log it, call the upstream, and describe the run on success.
 
@@ -276,6 +331,22 @@ capped = CeleryBudget(
     dead_letter=DEAD_LETTER_QUEUE,
     budget=RecordingBudget(RetryBudget(ratio=1.0, min_per_second=0.0, ttl=3600.0)),
 )
+# Rejects (almost) every attempt: the run is retried on its schedule, then dead-lettered
+# 'throttled'; the retry budget beside it is never touched (nothing is sent).
+shed = CeleryBudget(
+    QUICK,
+    retry_on=UpstreamError,
+    dead_letter=DEAD_LETTER_QUEUE,
+    budget=RecordingBudget(RetryBudget(ratio=1.0, min_per_second=0.0, ttl=3600.0)),
+    throttle=RecordingThrottle(overloaded_throttle()),
+)
+# A throttle with nothing against the upstream: it admits every attempt and records each.
+admitting = CeleryBudget(
+    QUICK,
+    retry_on=UpstreamError,
+    dead_letter=DEAD_LETTER_QUEUE,
+    throttle=RecordingThrottle(AdaptiveThrottle(k=2.0, name="clear")),
+)
 crash = CeleryBudget(CRASH, retry_on=UpstreamError, dead_letter=DEAD_LETTER_QUEUE)
 hold = CeleryBudget(
     HOLD,
@@ -297,6 +368,16 @@ def _flaky_callback(self: Any, fails: int) -> dict[str, Any]:
 
 def _capped(self: Any, fails: int) -> dict[str, Any]:
     """As ``tb.flaky``, under a retry budget."""
+    return _attempt(self, fails)
+
+
+def _shed(self: Any, fails: int) -> dict[str, Any]:
+    """As ``tb.flaky``, behind a throttle that rejects about every attempt."""
+    return _attempt(self, fails)
+
+
+def _admitted(self: Any, fails: int) -> dict[str, Any]:
+    """As ``tb.flaky``, behind a throttle that admits every attempt."""
     return _attempt(self, fails)
 
 
@@ -349,6 +430,10 @@ early: Any = app.task(bind=True, base=RecordingTask, name="tb.early", acks_late=
     quick(_flaky)
 )
 capped_task: Any = app.task(bind=True, base=RecordingTask, name="tb.capped")(capped(_capped))
+shed_task: Any = app.task(bind=True, base=RecordingTask, name="tb.shed")(shed(_shed))
+admitted_task: Any = app.task(bind=True, base=RecordingTask, name="tb.admitted")(
+    admitting(_admitted)
+)
 held: Any = app.task(bind=True, base=RecordingTask, name="tb.held")(hold(_held))
 parent: Any = app.task(bind=True, base=RecordingTask, name="tb.parent")(quick(_parent))
 plain: Any = app.task(bind=True, name="tb.plain")(_plain)
