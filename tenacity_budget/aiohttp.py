@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
     ) from exc
 
-from ._clients import RetryableStatus, exhausted, first_time_left, retry_cures
+from ._clients import RetryableStatus, Watchdog, exhausted, first_time_left, retry_cures
 from .context import deadline_scope, remaining
 from .exhaustion import BudgetExhausted
 from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
@@ -94,7 +93,7 @@ class BudgetMiddleware:
         self._retried = policy.retry(
             budget=budget, retry=retry_if_exception(_retryable), retry_after=retry_after
         )(self._attempt)
-        self._watchdog: _Watchdog | None = None
+        self._watchdog: Watchdog | None = None
 
     def __repr__(self) -> str:
         return f"<budget_middleware {self.policy!r}>"
@@ -139,7 +138,7 @@ class BudgetMiddleware:
 
     def _admit(
         self, request: aiohttp.ClientRequest, left: float
-    ) -> tuple[_Watchdog, asyncio.Task[Any]]:
+    ) -> tuple[Watchdog, asyncio.Task[Any]]:
         """Admit one attempt with ``left`` seconds: the deadline headers, the hard stop."""
         if left < 0.0:
             left = 0.0
@@ -148,7 +147,7 @@ class BudgetMiddleware:
         loop = asyncio.get_running_loop()
         watchdog = self._watchdog
         if watchdog is None or watchdog.loop is not loop:
-            watchdog = self._watchdog = _Watchdog(loop)
+            watchdog = self._watchdog = Watchdog(loop)
         task = asyncio.current_task(loop)
         if task is None:  # pragma: no cover (aiohttp always runs in a task)
             raise RuntimeError("budget_middleware runs inside an asyncio task")
@@ -211,57 +210,6 @@ def _time_up(left: float) -> aiohttp.ServerTimeoutError:
     return aiohttp.ServerTimeoutError(
         f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s"
     )
-
-
-class _Watchdog:
-    """The hard stop of every attempt of one event loop, with one timer for them all.
-
-    Each attempt is watched until its end (a loop time); the timer is armed for the
-    earliest end and, when it fires, cuts the attempts past their end and arms itself for
-    the next. Sequential requests that each end before the timer fires cost a dict entry,
-    not a timer each (asyncio.timeout's per-request timer is a third of the middleware).
-    """
-
-    __slots__ = ("cut", "loop", "tasks", "timer", "when")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.tasks: dict[asyncio.Task[Any], float] = {}
-        self.cut: set[asyncio.Task[Any]] = set()
-        self.timer: asyncio.TimerHandle | None = None
-        self.when = math.inf
-
-    def watch(self, task: asyncio.Task[Any], end: float) -> None:
-        """Cancel ``task`` at the loop time ``end`` unless it is unwatched before."""
-        self.tasks[task] = end
-        if end < self.when:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.when = end
-            self.timer = self.loop.call_at(end, self._fire)
-
-    def unwatch(self, task: asyncio.Task[Any]) -> None:
-        """The attempt of ``task`` ended: leave it alone."""
-        self.tasks.pop(task, None)
-        if self.cut:
-            self.cut.discard(task)
-
-    def cut_off(self, task: asyncio.Task[Any]) -> bool:
-        """Whether the cancellation ``task`` received is the watchdog's alone (consumed)."""
-        return task in self.cut and task.uncancel() == 0
-
-    def _fire(self) -> None:
-        now = self.loop.time()
-        earliest = math.inf
-        for task, end in list(self.tasks.items()):
-            if end <= now:
-                del self.tasks[task]
-                self.cut.add(task)
-                task.cancel()
-            elif end < earliest:
-                earliest = end
-        self.when = earliest
-        self.timer = None if earliest == math.inf else self.loop.call_at(earliest, self._fire)
 
 
 def budget_middleware(

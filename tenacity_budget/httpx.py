@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import tenacity
 from tenacity import RetryCallState
@@ -31,8 +31,8 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
-from ._clients import retry_cures
-from .context import ambient_deadline, deadline_scope, remaining
+from ._clients import Watchdog, retry_cures
+from .context import Horizon, ambient_deadline, current_horizon, deadline_scope
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .http import DEADLINE_HEADER, _check_methods, _check_statuses, _deadline_senders, wait_hint
 from .retrying import _AsyncBudgetStop
@@ -232,7 +232,7 @@ def _rewindable(file: object) -> bool:
 
 class _Call:
     """One request's run: the request, whether it may be retried, its own timeouts, its
-    start, the latest response.
+    start, its horizon (the run's budget end over the ambient frame), the latest response.
 
     The latest attempt let through (:meth:`_Transport._admit`) sets ``timeout`` (seconds it
     is given), ``end`` (the monotonic instant it must be over by) and ``binding`` (which end
@@ -242,6 +242,8 @@ class _Call:
     __slots__ = (
         "binding",
         "end",
+        "horizon",
+        "own",
         "received",
         "request",
         "retried",
@@ -250,7 +252,9 @@ class _Call:
         "timeouts",
     )
 
-    def __init__(self, request: httpx.Request, started: float, retried: bool) -> None:
+    def __init__(
+        self, request: httpx.Request, started: float, retried: bool, budget_end: float, wall: float
+    ) -> None:
         self.request = request
         # Asked before the first attempt: sending a body can replace its stream.
         self.retried = retried
@@ -258,6 +262,14 @@ class _Call:
         self.timeouts: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
         self.started = started
         self.received: httpx.Response | None = None
+        outer = current_horizon()
+        # Outside any frame and without a deadline, the run's budget alone bounds it: its
+        # horizon is built at its first retry (a first attempt has the whole budget).
+        self.horizon: Horizon | None = None
+        if outer is not None or wall != math.inf:
+            self.horizon = Horizon(outer, mono_end=budget_end, wall_end=wall)
+        # Whether the run's own budget is its earliest monotonic end (a tie is a deadline's).
+        self.own = outer is None or outer.mono_end > budget_end
 
     timeout: float
     end: float
@@ -288,9 +300,18 @@ def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float 
         return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
     get = timeouts.get
     connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
-    own = (connect, read, write, pool)
-    if None not in own and max(cast("tuple[float, ...]", own)) <= left:
-        return timeouts  # every phase of the request's own is shorter: nothing to change
+    if (  # every phase of the request's own is shorter: nothing to change (written out,
+        # no tuple nor max(): this runs for every request)
+        connect is not None
+        and read is not None
+        and write is not None
+        and pool is not None
+        and connect <= left
+        and read <= left
+        and write <= left
+        and pool <= left
+    ):
+        return timeouts
     return {  # written out: this runs for every request
         "connect": left if connect is None else float(min(connect, left)),
         "read": left if read is None else float(min(read, left)),
@@ -406,16 +427,19 @@ class _Transport:
         Raises:
             httpx.TimeoutException: for a first attempt with no time left (not sent).
         """
-        now = time.monotonic()
-        left = call.started + self._max_elapsed - now
+        horizon = call.horizon
+        if horizon is None:
+            if first:  # nothing but its own budget bounds the run, and it starts now
+                left = self._max_elapsed
+            else:
+                horizon = call.horizon = Horizon(None, mono_end=call.started + self._max_elapsed)
         reason = StopReason.WALL_CLOCK
-        outer = remaining()
-        if outer is not None and outer <= left:
-            left, reason = outer, StopReason.DEADLINE
-        if self._deadline_ts != math.inf:
-            until = self._deadline_ts - time.time()
-            if until <= left:
-                left, reason = until, StopReason.DEADLINE
+        if horizon is not None:
+            left = horizon.left()
+            if not call.own or (
+                horizon.wall_end != math.inf and left >= horizon.wall_end - time.time()
+            ):
+                reason = StopReason.DEADLINE  # a tie is the deadline's
         if left < _LEAST:
             if first and left <= 0.0:
                 raise httpx.TimeoutException(
@@ -428,7 +452,9 @@ class _Transport:
             for header, write in self._senders:
                 headers[header] = write(left)
         call.request.extensions["timeout"] = self._clamp(call.timeouts, left)
-        call.timeout, call.end, call.binding = left, now + left, reason
+        call.timeout, call.binding = left, reason
+        if self._asyncio:  # the instant _late() checks (a sync attempt cannot be late)
+            call.end = time.monotonic() + left
         return left
 
     def _cut(self, call: _Call, state: RetryCallState | None, cut: _Cut) -> NoReturn:
@@ -483,15 +509,17 @@ class _HardStop:
     """The hard stop of an async attempt: its task is cancelled when its time is up.
 
     ``asyncio.timeout``'s rule (the cancellation leaves the block as ``TimeoutError``, unless
-    the task was cancelled by someone else too), as a plain ``with``: arming and disarming
-    a timer needs no await, and this runs for every request.
+    the task was cancelled by someone else too), as a plain ``with`` over the transport's
+    :class:`~tenacity_budget._clients.Watchdog` (one timer for every attempt of a loop):
+    this runs for every request.
     """
 
-    __slots__ = ("_cancelling", "_handle", "_task", "_timeout", "expired")
+    __slots__ = ("_cancelling", "_owner", "_task", "_timeout", "_watchdog", "expired")
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, owner: AsyncBudgetTransport, timeout: float) -> None:
+        self._owner = owner
         self._timeout = timeout
-        self._handle: asyncio.TimerHandle | None = None
+        self._watchdog: Watchdog | None = None
         self.expired = False
 
     def __enter__(self) -> None:
@@ -502,20 +530,24 @@ class _HardStop:
         self._cancelling = task.cancelling()
         if self._timeout <= _UNBOUNDED:
             loop = asyncio.get_running_loop()
-            self._handle = loop.call_at(loop.time() + self._timeout, self._expire)
+            watchdog = self._owner._watchdog
+            if watchdog is None or watchdog.loop is not loop:
+                watchdog = self._owner._watchdog = Watchdog(loop)
+            watchdog.watch(task, loop.time() + self._timeout)
+            self._watchdog = watchdog
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        watchdog = self._watchdog
+        if watchdog is None:
+            return
+        self._watchdog = None
+        task = self._task
+        if watchdog.cut and task in watchdog.cut:
+            self.expired = True
+        watchdog.unwatch(task)
         # uncancel() first, whatever left the block: the cancellation asked here is undone.
-        if self.expired and self._task.uncancel() <= self._cancelling and kind is _CANCELLED:
+        if self.expired and task.uncancel() <= self._cancelling and kind is _CANCELLED:
             raise TimeoutError from exc
-
-    def _expire(self) -> None:
-        self._handle = None
-        self.expired = True
-        self._task.cancel()
 
 
 def _late(call: _Call) -> _Cut | None:
@@ -676,7 +708,14 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request, time.monotonic(), self.config.retries(request))
+        started = time.monotonic()
+        call = _Call(
+            request,
+            started,
+            self.config.retries(request),
+            started + self._max_elapsed,
+            self._deadline_ts,
+        )
         if self.budget is not None:
             self.budget.deposit()
         try:  # the first attempt, outside tenacity's loop: most runs end with it
@@ -774,18 +813,26 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             transport if transport is not None else httpx.AsyncHTTPTransport()
         )
         self._bare = type(self.transport) is httpx.AsyncHTTPTransport
+        self._watchdog: Watchdog | None = None  # the hard stop's timer, per event loop
 
     def __repr__(self) -> str:
         return f"<AsyncBudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request, time.monotonic(), self.config.retries(request))
+        started = time.monotonic()
+        call = _Call(
+            request,
+            started,
+            self.config.retries(request),
+            started + self._max_elapsed,
+            self._deadline_ts,
+        )
         if self.budget is not None:
             self.budget.deposit()
         hard: _HardStop | None = None
         try:  # the first attempt, outside tenacity's loop: most runs end with it
-            hard = _HardStop(self._admit(call, True))
+            hard = _HardStop(self, self._admit(call, True))
             with hard:
                 if self._bare:  # see _frame
                     response = await self.transport.handle_async_request(request)
@@ -838,7 +885,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         hard: _HardStop | None = None
         previous, call.received = call.received, None
         try:
-            hard = _HardStop(self._admit(call, False))
+            hard = _HardStop(self, self._admit(call, False))
             with hard:
                 if previous is not None:  # the run is retrying it: discard it
                     await _close_whole(previous)
