@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tenacity import retry_if_exception
+from tenacity import retry_if_exception, retry_if_result
 
 try:  # the real library: an absolute import, never this module
     import aiohttp
@@ -26,12 +27,22 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
     ) from exc
 
-from ._clients import RetryableStatus, Watchdog, exhausted, first_time_left, retry_cures
-from .context import deadline_scope, remaining
+from ._clients import (
+    Watchdog,
+    exhausted,
+    outcome_hint,
+    retry_cures,
+    retry_frame,
+    run_horizon,
+    time_left,
+)
+from .context import _frame, remaining
 from .exhaustion import BudgetExhausted
-from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
+from .http import _check_methods, _check_statuses, _deadline_senders
+from .http import retry_after as retry_after  # reads ClientResponseError: said here
 
 if TYPE_CHECKING:
+    from .context import Horizon
     from .policy import BackoffPolicy
 
 __all__ = ["budget_middleware"]
@@ -46,7 +57,7 @@ _NOT_CURED = (aiohttp.ClientSSLError,)
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, RetryableStatus) or retry_cures(exc, _TRANSPORT, _NOT_CURED)
+    return retry_cures(exc, _TRANSPORT, _NOT_CURED)
 
 
 def _replayable(body: object) -> bool:
@@ -60,11 +71,14 @@ class _Call:
     __slots__ = ("first", "handler", "received", "request", "returned")
 
     def __init__(
-        self, request: aiohttp.ClientRequest, handler: Handler, first: BaseException
+        self,
+        request: aiohttp.ClientRequest,
+        handler: Handler,
+        first: BaseException | aiohttp.ClientResponse,
     ) -> None:
         self.request = request
         self.handler = handler
-        self.first: BaseException | None = first
+        self.first: BaseException | aiohttp.ClientResponse | None = first
         self.received: aiohttp.ClientResponse | None = None
         self.returned: aiohttp.ClientResponse | None = None
 
@@ -90,8 +104,14 @@ class BudgetMiddleware:
         self.methods = _check_methods(methods)
         self.budget = budget
         self._senders = _deadline_senders(deadline_header, deadline_headers)
+        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
+        statuses = self.retry_statuses
+        # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
-            budget=budget, retry=retry_if_exception(_retryable), retry_after=retry_after
+            budget=budget,
+            retry=retry_if_result(lambda response: response.status in statuses)
+            | retry_if_exception(_retryable),
+            retry_after=outcome_hint,
         )(self._attempt)
         self._watchdog: Watchdog | None = None
 
@@ -105,8 +125,9 @@ class BudgetMiddleware:
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
-        left = first_time_left(self.policy)
-        ends = time.monotonic() + left
+        started = time.monotonic()
+        horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
+        left = time_left(horizon, self.policy.max_elapsed)
         watchdog, task = self._admit(request, left)
         failure: Exception | None = None
         try:
@@ -124,10 +145,11 @@ class BudgetMiddleware:
                 if self.budget is not None:
                     await self._deposit()
                 raise failure
-            return await self._enter(_Call(request, handler, failure), ends)
+            frame = retry_frame(horizon, started, self.policy.max_elapsed)
+            return await self._enter(_Call(request, handler, failure), frame)
         if response.status in self.retry_statuses and self._retries(request):
-            first = RetryableStatus(response, response.status)
-            return await self._enter(_Call(request, handler, first), ends)
+            frame = retry_frame(horizon, started, self.policy.max_elapsed)
+            return await self._enter(_Call(request, handler, response), frame)
         if self.budget is not None:
             await self._deposit()
         return response
@@ -160,31 +182,33 @@ class BudgetMiddleware:
         if inspect.isawaitable(deposited):
             await deposited
 
-    async def _enter(self, call: _Call, ends: float) -> aiohttp.ClientResponse:
-        """The budgeted run of a request whose first attempt called for a retry."""
+    async def _enter(self, call: _Call, frame: Horizon) -> aiohttp.ClientResponse:
+        """The budgeted run, in ``frame``, of a request whose first attempt called for a retry."""
         try:
-            with deadline_scope(max(0.0, ends - time.monotonic())):
-                return await self._retried(call)
+            with _frame(frame):
+                call.returned = await self._retried(call)
         except BudgetExhausted as spent:
-            last = spent.last_attempt.exception() if spent.last_attempt.failed else None
-            if isinstance(last, RetryableStatus):
-                call.received = None
-                returned: aiohttp.ClientResponse = last.response
-                return returned
-            if isinstance(last, aiohttp.ClientError):
-                raise exhausted(last, spent) from last
-            raise
+            if not spent.last_attempt.failed:  # spent on a status: the last response
+                call.returned = spent.last_attempt.result()
+            else:
+                last = spent.last_attempt.exception()
+                if isinstance(last, aiohttp.ClientError):
+                    raise exhausted(last, spent) from last
+                raise
         finally:
             if call.received is not None and call.received is not call.returned:
                 call.received.release()
+        assert call.returned is not None
+        return call.returned
 
     async def _attempt(self, call: _Call) -> aiohttp.ClientResponse:
         """One attempt of the run: the first one's outcome again, then real ones."""
         first, call.first = call.first, None
-        if first is not None:
-            if isinstance(first, RetryableStatus):
-                call.received = first.response
+        if isinstance(first, BaseException):
             raise first
+        if first is not None:
+            call.received = first
+            return first
         previous, call.received = call.received, None
         if previous is not None:  # the run is retrying it: discard it
             previous.release()
@@ -199,9 +223,6 @@ class BudgetMiddleware:
             raise
         finally:
             watchdog.unwatch(task)
-        if response.status in self.retry_statuses:
-            raise RetryableStatus(response, response.status)
-        call.returned = response
         return response
 
 

@@ -31,8 +31,8 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
-from ._clients import Watchdog, retry_cures
-from .context import Horizon, ambient_deadline, current_horizon, deadline_scope
+from ._clients import Watchdog, retry_cures, retry_frame, run_horizon, time_left
+from .context import ambient_deadline, deadline_scope
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
 from .http import DEADLINE_HEADER, _check_methods, _check_statuses, _deadline_senders, wait_hint
 from .retrying import _AsyncBudgetStop
@@ -253,7 +253,7 @@ class _Call:
     )
 
     def __init__(
-        self, request: httpx.Request, started: float, retried: bool, budget_end: float, wall: float
+        self, request: httpx.Request, started: float, retried: bool, max_elapsed: float, wall: float
     ) -> None:
         self.request = request
         # Asked before the first attempt: sending a body can replace its stream.
@@ -262,12 +262,11 @@ class _Call:
         self.timeouts: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
         self.started = started
         self.received: httpx.Response | None = None
-        outer = current_horizon()
         # Outside any frame and without a deadline, the run's budget alone bounds it: its
         # horizon is built at its first retry (a first attempt has the whole budget).
-        self.horizon: Horizon | None = None
-        if outer is not None or wall != math.inf:
-            self.horizon = Horizon(outer, mono_end=budget_end, wall_end=wall)
+        self.horizon = run_horizon(started, max_elapsed, wall)
+        budget_end = started + max_elapsed
+        outer = None if self.horizon is None else self.horizon.outer
         # Whether the run's own budget is its earliest monotonic end (a tie is a deadline's).
         self.own = outer is None or outer.mono_end > budget_end
 
@@ -428,18 +427,16 @@ class _Transport:
             httpx.TimeoutException: for a first attempt with no time left (not sent).
         """
         horizon = call.horizon
-        if horizon is None:
-            if first:  # nothing but its own budget bounds the run, and it starts now
-                left = self._max_elapsed
-            else:
-                horizon = call.horizon = Horizon(None, mono_end=call.started + self._max_elapsed)
+        if horizon is None and not first:
+            horizon = call.horizon = retry_frame(None, call.started, self._max_elapsed)
+        left = time_left(horizon, self._max_elapsed)
         reason = StopReason.WALL_CLOCK
-        if horizon is not None:
-            left = horizon.left()
-            if not call.own or (
-                horizon.wall_end != math.inf and left >= horizon.wall_end - time.time()
-            ):
-                reason = StopReason.DEADLINE  # a tie is the deadline's
+        if not call.own or (  # an enclosing end, or the wall clock's, binds (or ties)
+            horizon is not None
+            and horizon.wall_end != math.inf
+            and left >= horizon.wall_end - time.time()
+        ):
+            reason = StopReason.DEADLINE
         if left < _LEAST:
             if first and left <= 0.0:
                 raise httpx.TimeoutException(
@@ -713,7 +710,7 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
             request,
             started,
             self.config.retries(request),
-            started + self._max_elapsed,
+            self._max_elapsed,
             self._deadline_ts,
         )
         if self.budget is not None:
@@ -825,7 +822,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             request,
             started,
             self.config.retries(request),
-            started + self._max_elapsed,
+            self._max_elapsed,
             self._deadline_ts,
         )
         if self.budget is not None:
