@@ -38,6 +38,7 @@ __all__ = [
     "blocks",
     "figures",
     "main",
+    "overload_figures",
     "readme_blocks",
     "render_doc",
     "storm_blocks",
@@ -58,6 +59,7 @@ RESULTS = (
     "celery_plan",
     "budget_ops",
     "import_time",
+    "overload",
 )
 """The results files this script reads, in the order of the machine table."""
 FIGURE_DIR = ROOT / "docs" / "figures"
@@ -395,6 +397,7 @@ def blocks(
         "celery-plan": _celery_plan(results["celery_plan"]),
         "budget-ops": _budget_ops(results["budget_ops"]),
         "import-time": _import_time(results["import_time"]),
+        "overload": _overload(results["overload"]),
     }
 
 
@@ -1061,6 +1064,75 @@ def _import_time(data: dict[str, Any]) -> str:
 # -- entry point --------------------------------------------------------------------------
 
 
+def _overload(data: dict[str, Any]) -> str:
+    """Issue 18's overload scenario: rejected attempts, goodput, ratios, and the goals."""
+    rows = [
+        [
+            candidate["label"],
+            f"{candidate['rejected_attempts']:,}",
+            f"{candidate['fewer_rejected']:.1%}",
+            f"{candidate['goodput']:.2f}",
+            f"{candidate['goodput_ratio']:.2f}x",
+            f"{candidate['attempts_per_call']:.2f}",
+        ]
+        for candidate in data["simulated"].values()
+    ]
+    header = [
+        "candidate",
+        "rejected attempts (429)",
+        "fewer than tenacity",
+        "goodput (calls/s)",
+        "goodput vs tenacity",
+        "attempts per call",
+    ]
+    table = _table(header, rows, "lrrrrr")
+    goals = "\n".join(f"- {goal}: **{_verdict(met)}**" for goal, met in data["goals"].items())
+    return f"{table}\n{goals}\n"
+
+
+def overload_figures(data: dict[str, Any]) -> dict[str, bytes]:
+    """The overload figure (rejected attempts and goodput per candidate) as SVG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcdefaults()
+    plt.rcParams.update(
+        {
+            "svg.hashsalt": "tenacity-budget",
+            "svg.fonttype": "none",
+            "font.family": "DejaVu Sans",
+            "font.size": 8,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "figure.dpi": 100,
+        }
+    )
+    names = list(data["simulated"])
+    rejected = [data["simulated"][n]["rejected_attempts"] for n in names]
+    goodput = [data["simulated"][n]["goodput"] for n in names]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.4, 3.6))
+    left.barh(names, rejected, color="#cb181d")
+    left.set_xlabel("attempts the server rejected (429)")
+    left.invert_yaxis()
+    right.barh(names, goodput, color="#2171b5")
+    right.set_xlabel("goodput (calls that succeeded per second)")
+    right.invert_yaxis()
+    right.set_yticklabels([])
+    p = data["params"]
+    fig.suptitle(
+        f"Overload: {p['calls_per_second']:g} calls/s offered, capacity {p['capacity']:g}/s, "
+        f"{p['duration']:g} s",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return {"overload.svg": buffer.getvalue()}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Rewrite (or with ``--check``, verify) the tables and figures; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -1083,6 +1155,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, svg in figures(results["contention"]).items():
         wanted[FIGURE_DIR / name] = svg
     for name, svg in storm_figures(results["storm"]).items():
+        wanted[FIGURE_DIR / name] = svg
+    for name, svg in overload_figures(results["overload"]).items():
         wanted[FIGURE_DIR / name] = svg
     stale = [
         path

@@ -25,6 +25,7 @@ from .retrying import RetryObserver as RetryObserver
 from .stats import RetryStats
 from .stats import RetryStatsSnapshot as RetryStatsSnapshot
 from .strategies import BudgetState, budget_state, stop_budget, wait_budget
+from .throttle import AdaptiveThrottle
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
     from .jitter import JitterMode as JitterMode
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptiveThrottle",
     "BackoffPolicy",
     "BudgetExhausted",
     "BudgetState",

@@ -307,6 +307,7 @@ class BackoffPolicy(BaseModel):
         stats: Any = None,
         budget: Any = None,
         hard_deadline: bool = False,
+        throttle: Any = None,
         **tenacity_kwargs: Any,
     ) -> BudgetedRetry:
         """A decorator factory like ``tenacity.retry``, wired with this policy.
@@ -316,7 +317,8 @@ class BackoffPolicy(BaseModel):
         :func:`~tenacity_budget.remaining` work inside every attempt. Works on sync and
         async functions. ``budget=`` draws every retry from a shared retry budget
         (:class:`~tenacity_budget.RetryBudget`); ``hard_deadline=True`` (coroutine functions
-        only) cancels an attempt still running when the run's time is up. See
+        only) cancels an attempt still running when the run's time is up; ``throttle=``
+        asks an :class:`~tenacity_budget.AdaptiveThrottle` before every attempt. See
         :class:`tenacity_budget.retrying.BudgetedRetry` for the options.
         """
         wait = None
@@ -335,6 +337,7 @@ class BackoffPolicy(BaseModel):
             tenacity_kwargs=tenacity_kwargs,
             wait=wait,
             stop=stop_budget(self, deadline=deadline),
+            throttle=throttle,
         )
 
     # -- construction helpers -------------------------------------------------------------

@@ -36,7 +36,8 @@ from .instrumentation._protocols import BudgetObserver as BudgetObserver
 from .state import stopped_by
 
 # Importable, documented, but not the modules' public face: see the module docstring.
-__all__ = ["Budget", "RetryBudget"]
+# RetryBudget is the package's (tenacity_budget), so it is counted there.
+__all__ = ["Budget"]
 
 Number: TypeAlias = float | Fraction | Decimal
 """What a budget parameter may be: an int, a float (read as the decimal it prints as), a
@@ -235,52 +236,26 @@ def _out_of_range(what: str, value: object, positive: bool) -> ValueError:
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetTerms:
-    """A budget's parameters as exact integers: the one place its rule is computed.
+class Slicing:
+    """A window of ``SLICES`` slices on the monotonic clock, as exact integers.
 
-    Amounts are counted in *units* of ``1 / cost`` retries, so that every figure is an
-    integer: a deposit adds ``deposit_units``, a withdrawal costs ``cost``, and the floor
-    is ``reserve_units``.
+    A retry budget's ``ttl`` and an adaptive throttle's ``window`` are sliced the same way:
+    an event counts while its slice is one of the last ``SLICES`` (so for 0.9 to 1 times
+    the window). :func:`slicing` builds it from a window in seconds.
 
     Attributes:
-        ratio, min_per_second, ttl: the parameters, exactly (as read by :func:`budget_terms`).
-        deposit_units: ``ratio * cost``.
-        cost: units one retry costs (the common denominator of ``ratio`` and the floor).
-        reserve_units: ``min_per_second * ttl * cost``, the floor.
         slice_num, slice_den: a monotonic instant of ``t`` microseconds is in slice
-            ``t * slice_num // slice_den`` (slices of exactly ``ttl / SLICES``).
+            ``t * slice_num // slice_den`` (slices of exactly ``window / SLICES``).
     """
 
-    ratio: Fraction
-    min_per_second: Fraction
-    ttl: Fraction
-    deposit_units: int
-    cost: int
-    reserve_units: int
     slice_num: int
     slice_den: int
-
-    def grants(self, deposits: int, withdrawals: int) -> bool:
-        """The rule: whether a window may hold ``withdrawals`` beside ``deposits``.
-
-        ``withdrawals <= ratio * deposits + min_per_second * ttl``, in units: a withdrawal
-        is granted when the window, counting it, still satisfies it.
-        """
-        return self.cost * withdrawals <= self.reserve_units + self.deposit_units * deposits
-
-    def affordable(self, deposits: int, withdrawals: int) -> int:
-        """Withdrawals a window holding these counts would still grant (never negative).
-
-        The largest ``n`` for which :meth:`grants` holds for ``withdrawals + n``, or ``0``.
-        """
-        free = self.reserve_units + self.deposit_units * deposits - self.cost * withdrawals
-        return free // self.cost if free > 0 else 0
 
     def slice_of(self, seconds: float) -> int:
         """The index of the slice of the monotonic instant ``seconds``.
 
         Read to the microsecond (the resolution the virtual clock keeps exactly), then
-        divided exactly by ``ttl / SLICES``.
+        divided exactly by ``window / SLICES``.
         """
         return round(seconds * 1_000_000) * self.slice_num // self.slice_den
 
@@ -315,9 +290,61 @@ class BudgetTerms:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetTerms(Slicing):
+    """A budget's parameters as exact integers: the one place its rule is computed.
+
+    Amounts are counted in *units* of ``1 / cost`` retries, so that every figure is an
+    integer: a deposit adds ``deposit_units``, a withdrawal costs ``cost``, and the floor
+    is ``reserve_units``.
+
+    Attributes:
+        ratio, min_per_second, ttl: the parameters, exactly (as read by :func:`budget_terms`).
+        deposit_units: ``ratio * cost``.
+        cost: units one retry costs (the common denominator of ``ratio`` and the floor).
+        reserve_units: ``min_per_second * ttl * cost``, the floor.
+
+    Its window is sliced by :class:`Slicing` (slices of exactly ``ttl / SLICES``).
+    """
+
+    ratio: Fraction
+    min_per_second: Fraction
+    ttl: Fraction
+    deposit_units: int
+    cost: int
+    reserve_units: int
+
+    def grants(self, deposits: int, withdrawals: int) -> bool:
+        """The rule: whether a window may hold ``withdrawals`` beside ``deposits``.
+
+        ``withdrawals <= ratio * deposits + min_per_second * ttl``, in units: a withdrawal
+        is granted when the window, counting it, still satisfies it.
+        """
+        return self.cost * withdrawals <= self.reserve_units + self.deposit_units * deposits
+
+    def affordable(self, deposits: int, withdrawals: int) -> int:
+        """Withdrawals a window holding these counts would still grant (never negative).
+
+        The largest ``n`` for which :meth:`grants` holds for ``withdrawals + n``, or ``0``.
+        """
+        free = self.reserve_units + self.deposit_units * deposits - self.cost * withdrawals
+        return free // self.cost if free > 0 else 0
+
+
 # Steps from the estimate of a slice's first float within which its exact end is found; the
 # estimate is within a few ulps of it.
 _STEPS = 64
+
+
+def slicing(window: object, what: str) -> Slicing:
+    """The slices of a window of ``window`` seconds (exact: a float read as its decimal).
+
+    Raises:
+        TypeError: for a ``window`` that is not a number (a bool is not one).
+        ValueError: for a ``window`` that is not finite and ``> 0``, or too finely divided.
+    """
+    exact = _exact(window, what, positive=True)
+    return Slicing(SLICES * exact.denominator, exact.numerator * 1_000_000)
 
 
 def budget_terms(ratio: object, min_per_second: object, ttl: object) -> BudgetTerms:

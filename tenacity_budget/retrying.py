@@ -30,8 +30,8 @@ from .context import (
     current_horizon,
     earliest,
 )
-from .decision import awithdraw, cut, cut_reason
-from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
+from .decision import admit, awithdraw, cut, cut_reason
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .instrumentation._protocols import RetryObserver as RetryObserver
 from .solver import add_compensated
 from .state import RunState, observe_cut, prepare, run_state, stopped_by, tag
@@ -42,8 +42,17 @@ __all__: list[str] = []  # the observer protocol lives in instrumentation
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _check_options(on_exhausted: object, budget: object, hard_deadline: object) -> None:
+def _check_options(
+    on_exhausted: object, budget: object, hard_deadline: object, throttle: object = None
+) -> None:
     """Refuse ``policy.retry()`` options of the wrong kind, at decoration."""
+    if throttle is not None and not all(
+        callable(getattr(throttle, name, None)) for name in ("admit", "record")
+    ):
+        raise TypeError(
+            "throttle must be an adaptive throttle (AdaptiveThrottle or RedisAdaptiveThrottle: "
+            f"admit(), record()), got {type(throttle).__name__}"
+        )
     if on_exhausted is not None and not callable(on_exhausted):
         raise TypeError("on_exhausted must be a callable taking the ExhaustionReport")
     if budget is not None and not all(
@@ -139,6 +148,14 @@ class BudgetedRetry:
             dependency: each call deposits once, each retry withdraws one, asked only after
             the policy (and any ``stop=``) would allow the retry; a refusal ends the run at
             once (reason ``retry_budget``). An asyncio budget needs a coroutine function.
+        throttle: an adaptive throttle (:class:`~tenacity_budget.AdaptiveThrottle`) asked
+            before every attempt, the first included: after the time budget and before the
+            retry budget. A first attempt it rejects is not sent (and makes no deposit in
+            ``budget``): the call raises :class:`BudgetExhausted` at once, reason
+            ``throttled``, its ``last_attempt`` holding the rejection
+            (:class:`~tenacity_budget.exhaustion.Throttled`); a retry it rejects ends the
+            run with the same reason. Every attempt
+            sent is recorded in it (its result or exception).
         hard_deadline: on a coroutine function, cancel an attempt still running when the
             run's time (budget, deadline, enclosing scope) is up; the run then ends with
             :class:`BudgetExhausted` (reason ``wall_clock`` or ``deadline``, chained from
@@ -168,13 +185,15 @@ class BudgetedRetry:
         tenacity_kwargs: dict[str, Any] | None = None,
         wait: Any = None,
         stop: stop_budget | None = None,
+        throttle: Any = None,
     ) -> None:
-        _check_options(on_exhausted, budget, hard_deadline)
+        _check_options(on_exhausted, budget, hard_deadline, throttle)
         self.policy = policy
         self.terms = terms = terms_of(policy)
         self.on_exhausted = on_exhausted
         self.observers = _observers(stats)
         self.budget = budget
+        self.throttle = throttle
         self.hard_deadline = hard_deadline
         self._options: dict[str, Any] = {
             "deadline": deadline,
@@ -185,6 +204,7 @@ class BudgetedRetry:
             "stats": stats,
             "budget": budget,
             "hard_deadline": hard_deadline,
+            "throttle": throttle,
         }
         self._tenacity_kwargs = dict(tenacity_kwargs or {})
         kwargs = dict(self._tenacity_kwargs)
@@ -216,7 +236,8 @@ class BudgetedRetry:
         ``stop=``, then the retry budget (awaited for an asyncio budget)."""
         budget = self.budget
         grant = None if budget is None or self._async_budget else budget.try_withdraw
-        composed = stop.compose(other=user_stop, grant=grant)
+        throttle = None if self.throttle is None else self.throttle.admit
+        composed = stop.compose(other=user_stop, grant=grant, throttle=throttle)
         if self._async_budget:
             return _AsyncBudgetStop(composed, budget.try_withdraw)
         return composed
@@ -252,8 +273,6 @@ class BudgetedRetry:
         terms = self.terms
         record = RunState(terms.budget, terms.affordable)
         prepare(retrying, record)
-        if self.budget is not None:
-            self.budget.deposit()
         outer = current_horizon()
         # The run's frame of its deadlines: without an enclosing frame or a deadline read
         # per call, the decorator's one frame of its fixed deadlines serves every call.
@@ -268,6 +287,26 @@ class BudgetedRetry:
             wall_end=self._fixed_deadline_ts,
             run=record,
         )
+
+    def _admit_first(self, name: str, horizon: Horizon) -> None:
+        """The first attempt's admission (:func:`~tenacity_budget.decision.admit`): the
+        throttle, then the call's deposit in the retry budget (a rejected call deposits
+        nothing: nothing was sent)."""
+        throttle = self.throttle
+        if throttle is not None and admit(throttle.admit) is not None:
+            record = horizon.run
+            assert record is not None
+            record.reason = StopReason.THROTTLED
+            rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
+            outcome = tenacity.Future.construct(1, rejection, True)
+            tag(outcome, record)
+            report = record.report(rejection)
+            self._exhausted(name, report)
+            if self._reraise:
+                raise rejection
+            raise self._error(outcome, report) from rejection
+        if self.budget is not None:
+            self.budget.deposit()
 
     # -- tenacity hooks -------------------------------------------------------------------
 
@@ -364,10 +403,12 @@ class BudgetedRetry:
         )
         observers = self.observers
         name = _callback_name(fn)
+        admits = self.throttle is not None or self.budget is not None
+        target = fn if self.throttle is None else _recorded(fn, self.throttle, is_async)
         wrapper: Callable[..., Any]
 
         if is_async and self.hard_deadline:
-            wrapper = self._hard_wrapper(fn, controller, name)
+            wrapper = self._hard_wrapper(target, controller, name, admits)
         elif is_async:
 
             @functools.wraps(fn)
@@ -378,8 +419,10 @@ class BudgetedRetry:
                 try:
                     for observer in observers:
                         observer.on_call(name)
+                    if admits:
+                        self._admit_first(name, horizon)
                     attrs.statistics = retrying.statistics
-                    result = await retrying(fn, *args, **kwargs)
+                    result = await retrying(target, *args, **kwargs)
                     for observer in observers:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
@@ -397,8 +440,10 @@ class BudgetedRetry:
                 try:
                     for observer in observers:
                         observer.on_call(name)
+                    if admits:
+                        self._admit_first(name, horizon)
                     attrs.statistics = retrying.statistics
-                    result = retrying(fn, *args, **kwargs)
+                    result = retrying(target, *args, **kwargs)
                     for observer in observers:
                         observer.on_success(name, retrying.statistics.get("attempt_number", 1))
                     return result
@@ -414,7 +459,7 @@ class BudgetedRetry:
         return cast(F, wrapper)
 
     def _hard_wrapper(
-        self, fn: Callable[..., Any], controller: tenacity.BaseRetrying, name: str
+        self, fn: Callable[..., Any], controller: tenacity.BaseRetrying, name: str, admits: bool
     ) -> Callable[..., Any]:
         """``fn`` run under one timer per run (``hard_deadline``): armed at the run's end
         while an attempt runs, disarmed while it sleeps (the stop admitted the sleep to
@@ -433,6 +478,8 @@ class BudgetedRetry:
             try:
                 for observer in observers:
                     observer.on_call(name)
+                if admits:
+                    self._admit_first(name, horizon)
                 attrs.statistics = retrying.statistics
                 left = horizon.left()  # armed for the first attempt, which rarely moves it
                 timer = horizon.timer = asyncio.timeout(None if left == math.inf else left)
@@ -469,6 +516,40 @@ class BudgetedRetry:
             **{k: v for k, v in changes.items() if k not in self._options},
         }
         return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)
+
+
+def _recorded(fn: Callable[..., Any], throttle: Any, is_async: bool) -> Callable[..., Any]:
+    """``fn`` with every attempt's outcome (its result, or what it raised) told to the
+    throttle. A cancellation is no answer from the backend, and is not told."""
+    record = throttle.record
+    if is_async:
+        import asyncio
+
+        @functools.wraps(fn)
+        async def recorded_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = await fn(*args, **kwargs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                record(exc)
+                raise
+            record(result)
+            return result
+
+        return recorded_async
+
+    @functools.wraps(fn)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            record(exc)
+            raise
+        record(result)
+        return result
+
+    return recorded
 
 
 def _hard_attempt(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -283,16 +283,24 @@ class stop_budget(stop_base):
         # and whether the controller is a per-call copy (no shared statistics to repair).
         self._other: Any = None
         self._grant: Callable[[], bool] | None = None
+        self._throttle: Callable[[], bool] | None = None
         self._repair = True
 
     def __repr__(self) -> str:
         return f"<stop_budget {self.policy!r} deadline={self.deadline!r}>"
 
-    def compose(self, other: Any = None, grant: Callable[[], bool] | None = None) -> stop_budget:
+    def compose(
+        self,
+        other: Any = None,
+        grant: Callable[[], bool] | None = None,
+        throttle: Callable[[], bool] | None = None,
+    ) -> stop_budget:
         """This stop for ``policy.retry()``: ``other`` asked after the budget's checks, then
-        ``grant`` (a retry budget's withdrawal) last, by :func:`decide` itself."""
+        ``throttle`` (an adaptive throttle's admission), then ``grant`` (a retry budget's
+        withdrawal) last, by :func:`decide` itself."""
         stop = stop_budget(self.policy, deadline=self.deadline)
         stop._other, stop._grant, stop._repair = other, grant, False
+        stop._throttle = throttle
         return stop
 
     def run_state(self, retry_state: RetryCallState) -> RunState:
@@ -358,6 +366,7 @@ class stop_budget(stop_base):
             _TESTING.attempts,
             None if self._other is None else functools.partial(self._other, retry_state),
             self._grant,
+            self._throttle,
         )
         stats = run.statistics
         if stats is not None and ("idle_for" not in stats or "attempt_number" not in stats):

@@ -538,6 +538,39 @@ INSTRUMENTS = [
         "{request}",
         None,
     ),
+    (
+        "throttle.attempts",
+        "counter",
+        "Attempts an adaptive throttle was asked to admit (those it rejected included).",
+        ("throttle",),
+        "{attempt}",
+        None,
+    ),
+    (
+        "throttle.rejections",
+        "counter",
+        "Attempts an adaptive throttle rejected locally (never sent).",
+        ("throttle",),
+        "{attempt}",
+        None,
+    ),
+    (
+        "throttle.probability",
+        "gauge",
+        "An adaptive throttle's rejection probability, as of its latest admission.",
+        ("throttle",),
+        "1",
+        None,
+    ),
+    ("hedges", "counter", "Hedged requests sent.", ("hedge",), "{request}", None),
+    (
+        "hedges_won",
+        "counter",
+        "Hedged requests that answered first (their result was used).",
+        ("hedge",),
+        "{request}",
+        None,
+    ),
 ]
 
 
@@ -547,6 +580,8 @@ def feed_every_instrument(observer: Any) -> None:
     observer.on_budget_decision("payments", True, 3)
     observer.on_budget_decision("payments", False, 0)
     observer.on_shed("checkout", 0.0)
+    observer.on_throttle("search", False, 0.25)
+    observer.on_hedge("search", True)
 
 
 def test_prometheus_registers_each_metric_as_before() -> None:
@@ -751,3 +786,79 @@ def test_importing_the_package_needs_no_extra() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# -- the adaptive throttle and hedges (optional hooks) -------------------------------------------
+
+
+class _Status:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+
+
+def _throttled_run(observer: Any) -> tuple[int, int, float]:
+    """A real AdaptiveThrottle against a backend answering 429 to everything."""
+    import random
+
+    from tenacity_budget import AdaptiveThrottle
+
+    throttle = AdaptiveThrottle(name="search", observers=[observer], rng=random.Random(4))
+    rejected = 0
+    for _ in range(50):
+        if throttle.admit():
+            throttle.record(_Status(429))
+        else:
+            rejected += 1
+    return 50, rejected, throttle.probability
+
+
+def test_prometheus_counts_a_throttles_attempts_rejections_and_probability(
+    frozen: FrozenDateTimeFactory,
+) -> None:
+    registry = CollectorRegistry()
+    attempts, rejected, _ = _throttled_run(PrometheusObserver(registry))
+    labels = {"throttle": "search"}
+    assert registry.get_sample_value("tenacity_budget_throttle_attempts_total", labels) == attempts
+    assert 0 < rejected < attempts
+    assert (
+        registry.get_sample_value("tenacity_budget_throttle_rejections_total", labels) == rejected
+    )
+    # The gauge holds the probability the latest admission was decided with: 49 requests,
+    # none accepted.
+    assert registry.get_sample_value("tenacity_budget_throttle_probability", labels) == 49 / 50
+
+
+def test_otel_counts_a_throttles_attempts_rejections_and_probability(
+    otel: OTel, frozen: FrozenDateTimeFactory
+) -> None:
+    attempts, rejected, _ = _throttled_run(OpenTelemetryObserver(otel.meter))
+    points = otel.points()
+    assert otel_value(points, "tenacity_budget.throttle.attempts", throttle="search") == attempts
+    assert otel_value(points, "tenacity_budget.throttle.rejections", throttle="search") == rejected
+    assert otel_value(points, "tenacity_budget.throttle.probability", throttle="search") == 49 / 50
+
+
+def test_both_observers_count_hedges_sent_and_won(otel: OTel) -> None:
+    registry = CollectorRegistry()
+    observers = [PrometheusObserver(registry), OpenTelemetryObserver(otel.meter)]
+    for observer in observers:
+        for won in (True, False, False):
+            observer.on_hedge("search", won)
+    labels = {"hedge": "search"}
+    assert registry.get_sample_value("tenacity_budget_hedges_total", labels) == 3
+    assert registry.get_sample_value("tenacity_budget_hedges_won_total", labels) == 1
+    points = otel.points()
+    assert otel_value(points, "tenacity_budget.hedges", hedge="search") == 3
+    assert otel_value(points, "tenacity_budget.hedges_won", hedge="search") == 1
+
+
+def test_observers_without_the_new_hooks_still_pass_isinstance() -> None:
+    from tenacity_budget.instrumentation import BudgetObserver
+
+    class Old:
+        def on_budget_decision(self, name: str, granted: bool, balance: int | None) -> None: ...
+
+        def on_budget_fallback(self, name: str, error: BaseException) -> None: ...
+
+    assert isinstance(Old(), BudgetObserver)
+    assert not hasattr(Old(), "on_throttle")

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ._protocols import BudgetObserver as BudgetObserver
 from ._protocols import RetryObserver
-from ._stats import RetryStats
+from ._stats import RetryStats as RetryStats
 from ._stats import RetryStatsSnapshot as RetryStatsSnapshot
 
 if TYPE_CHECKING:
     from ._otel import OpenTelemetryObserver as OpenTelemetryObserver
     from ._prometheus import PrometheusObserver as PrometheusObserver
 
-__all__ = ["RetryObserver", "RetryStats"]
+__all__ = ["RetryObserver"]  # RetryStats is the package's (tenacity_budget)
 
 _LAZY = {  # each needs its extra, so it is imported only when asked for
     "OpenTelemetryObserver": "tenacity_budget.instrumentation._otel",

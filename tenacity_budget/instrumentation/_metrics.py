@@ -37,6 +37,12 @@ BUDGET = "budget"
 APP = "app"
 """The label (attribute) carrying the name of the ASGI app a request was shed from."""
 
+THROTTLE = "throttle"
+"""The label (attribute) carrying the adaptive throttle's name."""
+
+HEDGE = "hedge"
+"""The label (attribute) carrying the hedge's name."""
+
 Kind = Literal["counter", "histogram", "gauge"]
 
 
@@ -141,6 +147,39 @@ METRICS: tuple[Metric, ...] = (
         "{request}",
         "Requests DeadlineMiddleware answered 504 at once: the caller's time was up.",
         (APP,),
+    ),
+    Metric(
+        "throttle_attempts",
+        "throttle.attempts",
+        "counter",
+        "{attempt}",
+        "Attempts an adaptive throttle was asked to admit (those it rejected included).",
+        (THROTTLE,),
+    ),
+    Metric(
+        "throttle_rejections",
+        "throttle.rejections",
+        "counter",
+        "{attempt}",
+        "Attempts an adaptive throttle rejected locally (never sent).",
+        (THROTTLE,),
+    ),
+    Metric(
+        "throttle_probability",
+        "throttle.probability",
+        "gauge",
+        "1",
+        "An adaptive throttle's rejection probability, as of its latest admission.",
+        (THROTTLE,),
+    ),
+    Metric("hedges", "hedges", "counter", "{request}", "Hedged requests sent.", (HEDGE,)),
+    Metric(
+        "hedges_won",
+        "hedges_won",
+        "counter",
+        "{request}",
+        "Hedged requests that answered first (their result was used).",
+        (HEDGE,),
     ),
 )
 """Every instrument, in the order the exporters create them."""

@@ -22,7 +22,17 @@ except ImportError as exc:
     ) from exc
 
 from ..exhaustion import ExhaustionReport
-from ._metrics import APP, BUDGET, FUNCTION, METRICS, REASON, SLEEP_BUCKETS, Metric
+from ._metrics import (
+    APP,
+    BUDGET,
+    FUNCTION,
+    HEDGE,
+    METRICS,
+    REASON,
+    SLEEP_BUCKETS,
+    THROTTLE,
+    Metric,
+)
 
 __all__ = [
     "BUDGET_ATTRIBUTE",
@@ -79,6 +89,11 @@ class OpenTelemetryObserver:
     budget_fallbacks: metrics.Counter
     budget_balance: metrics._Gauge
     shed: metrics.Counter
+    throttle_attempts: metrics.Counter
+    throttle_rejections: metrics.Counter
+    throttle_probability: metrics._Gauge
+    hedges: metrics.Counter
+    hedges_won: metrics.Counter
 
     def __init__(
         self,
@@ -147,3 +162,20 @@ class OpenTelemetryObserver:
     def on_shed(self, name: str, left: float) -> None:
         """Count a request ``DeadlineMiddleware`` shed (answered 504 without the app)."""
         self.shed.add(1, {APP: name})
+
+    # AdaptiveThrottle and hedging (optional hooks) -----------------------------------------
+
+    def on_throttle(self, name: str, admitted: bool, probability: float) -> None:
+        """Count an attempt throttle ``name`` was asked to admit (a rejection too)."""
+        attributes = {THROTTLE: name}
+        self.throttle_attempts.add(1, attributes)
+        if not admitted:
+            self.throttle_rejections.add(1, attributes)
+        self.throttle_probability.set(probability, attributes)
+
+    def on_hedge(self, name: str, won: bool) -> None:
+        """Count a hedged request of hedge ``name`` sent (and won, when it answered first)."""
+        attributes = {HEDGE: name}
+        self.hedges.add(1, attributes)
+        if won:
+            self.hedges_won.add(1, attributes)

@@ -39,7 +39,7 @@ class PrometheusObserver:
     """A :class:`~tenacity_budget.RetryObserver` recording retries as Prometheus metrics.
 
     Also a :class:`~tenacity_budget.instrumentation.BudgetObserver` for retry budgets.
-    Creating one registers its ten metrics on ``registry``; a second observer with the same
+    Creating one registers its metrics on ``registry``; a second observer with the same
     namespace on the same registry is refused by ``prometheus_client`` (``ValueError:
     Duplicated timeseries``), so create one per process (or per registry) and share it
     between decorated functions: the ``function`` label tells them apart. Thread-safe.
@@ -53,7 +53,10 @@ class PrometheusObserver:
         calls, retries, first_try_successes, successes_after_retry, exhausted: the
             ``Counter`` metrics; ``sleep``: the ``Histogram`` of sleeps.
         budget_grants, budget_refusals, budget_fallbacks: the retry budgets' ``Counter``
-            metrics; ``budget_balance``: their ``Gauge``. Each is a row of the metrics table.
+            metrics; ``budget_balance``: their ``Gauge``.
+        throttle_attempts, throttle_rejections, throttle_probability: the adaptive
+            throttles' (``on_throttle``); hedges, hedges_won: the hedges' (``on_hedge``).
+            Each is a row of the metrics table.
     """
 
     calls: Counter
@@ -67,6 +70,11 @@ class PrometheusObserver:
     budget_fallbacks: Counter
     budget_balance: Gauge
     shed: Counter
+    throttle_attempts: Counter
+    throttle_rejections: Counter
+    throttle_probability: Gauge
+    hedges: Counter
+    hedges_won: Counter
 
     def __init__(
         self,
@@ -131,3 +139,18 @@ class PrometheusObserver:
     def on_shed(self, name: str, left: float) -> None:
         """Count a request ``DeadlineMiddleware`` shed (answered 504 without the app)."""
         self.shed.labels(name).inc()
+
+    # AdaptiveThrottle and hedging (optional hooks) -----------------------------------------
+
+    def on_throttle(self, name: str, admitted: bool, probability: float) -> None:
+        """Count an attempt throttle ``name`` was asked to admit (a rejection too)."""
+        self.throttle_attempts.labels(name).inc()
+        if not admitted:
+            self.throttle_rejections.labels(name).inc()
+        self.throttle_probability.labels(name).set(probability)
+
+    def on_hedge(self, name: str, won: bool) -> None:
+        """Count a hedged request of hedge ``name`` sent (and won, when it answered first)."""
+        self.hedges.labels(name).inc()
+        if won:
+            self.hedges_won.labels(name).inc()

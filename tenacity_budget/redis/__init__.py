@@ -5,8 +5,9 @@
 rule and window of :class:`~tenacity_budget.RetryBudget`, kept in Redis by one atomic Lua
 script (``script.lua``) on Redis ``TIME``, with deposits batched in memory (``_pending``),
 sync calls on a helper thread with a timeout (``_worker``), and a ``fallback=`` budget that
-decides while Redis is unreachable or slow. The set-up, the failure modes and the keys are
-in docs/retry-budgets.md. Importing this package needs redis-py.
+decides while Redis is unreachable or slow; :class:`RedisAdaptiveThrottle` shares an adaptive
+throttle's counts the same way (``_throttle``). The set-up, the failure modes and the keys
+are in docs/retry-budgets.md and docs/overload.md. Importing this package needs redis-py.
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ from ._state import LOGGER_NAME as LOGGER_NAME
 from ._state import SCRIPT as SCRIPT
 from ._state import OnError as OnError
 from ._state import _micros, _State
+from ._throttle import RedisAdaptiveThrottle
 from ._worker import NotRun, Worker
 
 # Importable, documented, but not the package's public face: see the module docstring.
-__all__ = ["AsyncRedisRetryBudget", "RedisRetryBudget"]
+__all__ = ["AsyncRedisRetryBudget", "RedisAdaptiveThrottle", "RedisRetryBudget"]
 
 _EXIT_WAIT = 1.0  # seconds the exit flush may wait for Redis, at least
 
