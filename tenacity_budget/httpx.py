@@ -32,8 +32,9 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
     ) from exc
 
 from ._clients import Watchdog, retry_cures, retry_frame, run_horizon, time_left
-from .context import ambient_deadline, deadline_scope
-from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
+from .context import ambient_deadline, deadline_scope, earliest
+from .decision import admit
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import DEADLINE_HEADER, _check_methods, _check_statuses, _deadline_senders, wait_hint
 from .retrying import _AsyncBudgetStop
 from .strategies import reads_results
@@ -248,6 +249,7 @@ class _Call:
         "request",
         "retried",
         "started",
+        "throttle",
         "timeout",
         "timeouts",
     )
@@ -262,6 +264,7 @@ class _Call:
         self.timeouts: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
         self.started = started
         self.received: httpx.Response | None = None
+        self.throttle: Any = None  # the throttle its attempts ask (and tell), if any
         # Outside any frame and without a deadline, the run's budget alone bounds it: its
         # horizon is built at its first retry (a first attempt has the whole budget).
         self.horizon = run_horizon(started, max_elapsed, wall)
@@ -341,6 +344,25 @@ def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
     return {**timeouts, "pool": pool}
 
 
+def _check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
+    """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
+    callable mapping a request's host to its throttle.
+
+    Raises:
+        TypeError: for anything else (saying what a throttle is).
+    """
+    if throttle is None or all(
+        callable(getattr(throttle, name, None)) for name in ("admit", "record")
+    ):
+        return throttle, None
+    if callable(throttle):
+        return None, throttle
+    raise TypeError(
+        "throttle must be an adaptive throttle (AdaptiveThrottle: admit(), record()) or a "
+        f"callable mapping a request's host to one, got {type(throttle).__name__}"
+    )
+
+
 class _Transport:
     """What both transports share: the options, the admission of attempts, the run's end."""
 
@@ -351,7 +373,7 @@ class _Transport:
     _statuses: frozenset[int]
     _clamp: Callable[[dict[str, Any], float], dict[str, Any]]
 
-    def _setup(self, config: _Config) -> None:
+    def _setup(self, config: _Config, throttle: Any) -> None:
         self.config = config
         self.budget = config.budget
         policy = config.policy
@@ -366,25 +388,75 @@ class _Transport:
                 "client, or AsyncBudgetTransport"
             )
         stop = policy.stop()
-        composed: Any = stop
-        if config.budget is not None:
-            # The one decision asks the retry budget last: a retry the policy refuses never
-            # spends the shared budget (an asyncio budget's withdrawal is awaited after it).
-            withdraw = config.budget.try_withdraw
-            composed = (
-                _AsyncBudgetStop(stop, withdraw) if is_async else stop.compose(grant=withdraw)
-            )
+        # The one decision asks the retry budget last: a retry the policy (or the throttle)
+        # refuses never spends the shared budget (an asyncio budget's is awaited after it).
+        withdraw = None if config.budget is None else config.budget.try_withdraw
+        self._stop_parts = (stop, withdraw, is_async)
         statuses = config.retry_statuses
-        kwargs: dict[str, Any] = {
+        self._kwargs: dict[str, Any] = {
             "wait": policy.wait(retry_after=_response_hint),
-            "stop": composed,
             "retry": tenacity.retry_if_result(lambda response: response.status_code in statuses)
             | tenacity.retry_if_exception(_retryable),
             "retry_error_callback": _give_up,
         }
-        self._controller: tenacity.BaseRetrying = (
-            tenacity.AsyncRetrying(**kwargs) if self._asyncio else tenacity.Retrying(**kwargs)
+        self._throttle, self._throttle_of = _check_throttle(throttle)
+        self._throttled = throttle is not None
+        self._controllers: dict[Any, tenacity.BaseRetrying] = {}
+        self._controller = self._build(self._throttle)
+
+    def _build(self, throttle: Any) -> tenacity.BaseRetrying:
+        """The tenacity controller of runs asking ``throttle`` (``None``: none) and the budget."""
+        stop, withdraw, is_async = self._stop_parts
+        admit = None if throttle is None else throttle.admit
+        composed: Any = stop if admit is None else stop.compose(throttle=admit)
+        if withdraw is not None:
+            composed = (
+                _AsyncBudgetStop(composed, withdraw)
+                if is_async
+                else stop.compose(grant=withdraw, throttle=admit)
+            )
+        kind = tenacity.AsyncRetrying if self._asyncio else tenacity.Retrying
+        return kind(stop=composed, **self._kwargs)
+
+    def _admit_first(self, call: _Call) -> None:
+        """The first attempt's admission by the request's throttle (decision.admit), then
+        the call's deposit in the retry budget: a rejected call deposits nothing.
+
+        Raises:
+            httpx.ConnectError: also a BudgetExhausted (reason ``throttled``), when the
+                throttle rejects it: nothing was sent.
+        """
+        if self._throttled:
+            throttle = self._throttle
+            if throttle is None:
+                assert self._throttle_of is not None
+                throttle, of = _check_throttle(self._throttle_of(call.request.url.host))
+                if throttle is None or of is not None:
+                    raise TypeError("the throttle callable must return an AdaptiveThrottle")
+            call.throttle = throttle
+            if admit(throttle.admit) is not None:
+                self._reject(call, throttle)
+        if self.budget is not None:
+            self.budget.deposit()
+
+    def _reject(self, call: _Call, throttle: Any) -> NoReturn:
+        """End a run whose first attempt the throttle rejected: an ``httpx.ConnectError``
+        (the request was never sent, as when no connection is made) that is also a
+        :class:`~tenacity_budget.BudgetExhausted` with reason ``throttled``."""
+        rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
+        report = ExhaustionReport(
+            attempts=1,
+            affordable=self.config.policy.max_attempts(),
+            slept=0.0,
+            elapsed=time.monotonic() - call.started,
+            budget=self._max_elapsed,
+            deadline=earliest(ambient_deadline(), self.config.policy.deadline),
+            reason=StopReason.THROTTLED,
+            last_exception=rejection,
         )
+        attempt = tenacity.Future.construct(1, rejection, True)
+        error = httpx.ConnectError(str(rejection), request=call.request)
+        raise _exhausted(error, attempt, report) from rejection
 
     @property
     def policy(self) -> BackoffPolicy:
@@ -491,7 +563,12 @@ class _Transport:
 
     def _begin_retrying(self, call: _Call, first: BaseException | httpx.Response) -> Any:
         """The tenacity state of a run whose first attempt failed (``first``)."""
-        retrying = self._controller.copy()
+        controller = self._controller
+        if call.throttle is not self._throttle:  # one throttle per host: its own controller
+            controller = self._controllers.get(call.throttle) or self._controllers.setdefault(
+                call.throttle, self._build(call.throttle)
+            )
+        retrying = controller.copy()
         retrying.begin()
         state = RetryCallState(retrying, fn=None, args=(), kwargs={})
         state.start_time = call.started
@@ -686,6 +763,7 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         deadline_header: str | None = "X-Request-Timeout-Ms",
         budget: Any = None,
         deadline_headers: Iterable[str] | None = None,
+        throttle: Any = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(
@@ -694,7 +772,7 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         config = _Config.build(
             policy, retry_statuses, methods, deadline_header, budget, deadline_headers
         )
-        self._setup(config)
+        self._setup(config, throttle)
         self.transport: httpx.BaseTransport = (
             transport if transport is not None else httpx.HTTPTransport()
         )
@@ -713,8 +791,7 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
             self._max_elapsed,
             self._deadline_ts,
         )
-        if self.budget is not None:
-            self.budget.deposit()
+        self._admit_first(call)
         try:  # the first attempt, outside tenacity's loop: most runs end with it
             timeout = self._admit(call, True)
             if self._bare:  # see _frame
@@ -723,7 +800,11 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
                 with deadline_scope(timeout):
                     response = call.received = self.transport.handle_request(request)
         except BaseException as exc:
+            if call.throttle is not None and isinstance(exc, Exception):
+                call.throttle.record(exc)
             return self._settle(call, exc)
+        if call.throttle is not None:
+            call.throttle.record(response)
         if response.status_code in self._statuses:
             return self._settle(call, response)
         return response
@@ -762,8 +843,12 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
                 with self._frame(self._admit(call, False)):
                     call.received = self.transport.handle_request(call.request)
             except BaseException as exc:
+                if call.throttle is not None and isinstance(exc, Exception):
+                    call.throttle.record(exc)
                 _set_outcome(state, exc)
             else:
+                if call.throttle is not None:
+                    call.throttle.record(call.received)
                 state.set_result(call.received)
 
     def close(self) -> None:
@@ -797,6 +882,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         deadline_header: str | None = "X-Request-Timeout-Ms",
         budget: Any = None,
         deadline_headers: Iterable[str] | None = None,
+        throttle: Any = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(
@@ -805,7 +891,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         config = _Config.build(
             policy, retry_statuses, methods, deadline_header, budget, deadline_headers
         )
-        self._setup(config)
+        self._setup(config, throttle)
         self.transport: httpx.AsyncBaseTransport = (
             transport if transport is not None else httpx.AsyncHTTPTransport()
         )
@@ -825,8 +911,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             self._max_elapsed,
             self._deadline_ts,
         )
-        if self.budget is not None:
-            self.budget.deposit()
+        self._admit_first(call)
         hard: _HardStop | None = None
         try:  # the first attempt, outside tenacity's loop: most runs end with it
             hard = _HardStop(self, self._admit(call, True))
@@ -839,6 +924,8 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         except BaseException as exc:
             return await self._settle(call, await self._failed(call, hard, exc))
         call.received = response
+        if call.throttle is not None:
+            call.throttle.record(response)
         if time.monotonic() > call.end or response.status_code in self._statuses:
             return await self._settle(call, _late(call) or response)
         return response
@@ -891,6 +978,8 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         except BaseException as exc:
             return await self._failed(call, hard, exc)
         call.received = response
+        if call.throttle is not None:
+            call.throttle.record(response)
         return _late(call) or response
 
     async def _failed(
@@ -906,6 +995,8 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             cut = _Cut(call.binding)
             cut.__cause__ = exc
             return cut
+        if call.throttle is not None and isinstance(exc, Exception):
+            call.throttle.record(exc)  # the backend's answer (a cut attempt gave none)
         return exc
 
     async def aclose(self) -> None:
