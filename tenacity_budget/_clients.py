@@ -1,44 +1,24 @@
 """What the HTTP clients share: the rule of which failed attempts are retried
-(:func:`retry_cures`), the first attempt's time left, the vehicle of a retryable response,
-and errors of a client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`.
+(:func:`retry_cures`), a run's horizon and the wait its outcome dictates, errors of a
+client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`,
+and the async hard stop's one timer per event loop (:class:`Watchdog`).
 See docs/cookbook.md.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import ssl
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from tenacity import Future
 
-from .context import remaining
+from .context import Horizon, current_horizon
 from .exhaustion import BudgetExhausted, ExhaustionReport
-
-
-class _Budgeted(Protocol):
-    """What :func:`first_time_left` reads of a policy (a ``BackoffPolicy``): no import of
-    the model here, which the hedging engine's default predicate (this module's) would
-    close into a cycle through ``policy.retry``."""
-
-    @property
-    def max_elapsed(self) -> float: ...
-
-    @property
-    def deadline(self) -> datetime | None: ...
-
-
-class RetryableStatus(Exception):
-    """A response with a retryable status, raised inside the run so the policy retries it.
-
-    It carries the response as ``.response``: :func:`tenacity_budget.http.retry_after`
-    reads the wait the server asked for from it, as from any HTTP error.
-    """
-
-    def __init__(self, response: Any, status: int) -> None:
-        super().__init__(f"retryable status {status}")
-        self.response = response
+from .http import retry_after
+from .strategies import reads_results
 
 
 def retry_cures(
@@ -70,19 +50,39 @@ def retry_cures(
     return True
 
 
-def first_time_left(policy: _Budgeted) -> float:
-    """The time left of a run of ``policy`` starting now (what ``remaining()`` says in it).
+def run_horizon(started: float, max_elapsed: float, deadline_ts: float) -> Horizon | None:
+    """The horizon of a run starting at ``started`` (monotonic): its budget end, the policy's
+    deadline (``deadline_ts``, epoch seconds; ``inf``: none) and the ambient frame.
 
-    Its budget, or less: the ambient deadline (an enclosing scope or run) and the policy's
-    own ``deadline``.
+    ``None`` when nothing but its budget bounds the run: its first attempt then has the
+    whole ``max_elapsed`` (:func:`time_left`), and a retry builds the horizon then.
     """
-    left: float = policy.max_elapsed
-    ambient = remaining()
-    if ambient is not None and ambient < left:
-        left = ambient
-    if policy.deadline is not None:
-        left = min(left, (policy.deadline - datetime.now(UTC)).total_seconds())
-    return left
+    outer = current_horizon()
+    if outer is None and deadline_ts == math.inf:
+        return None
+    return Horizon(outer, mono_end=started + max_elapsed, wall_end=deadline_ts)
+
+
+def time_left(horizon: Horizon | None, max_elapsed: float) -> float:
+    """The time left of a run (:func:`run_horizon`) at its first attempt: ``Horizon.left()``."""
+    return max_elapsed if horizon is None else horizon.left()
+
+
+def retry_frame(horizon: Horizon | None, started: float, max_elapsed: float) -> Horizon:
+    """The frame a run whose first attempt failed retries in: its horizon, built if not yet.
+
+    ``policy.retry()``'s run, started after the first attempt, is bounded by it: the run
+    never ends later than a run started with the first attempt would.
+    """
+    return horizon if horizon is not None else Horizon(None, mono_end=started + max_elapsed)
+
+
+@reads_results
+def outcome_hint(outcome: object) -> float | None:
+    """The wait an attempt's outcome dictates (:func:`~tenacity_budget.http.retry_after`):
+    a response retried for its status, or an error carrying one; ``None`` otherwise.
+    """
+    return retry_after(outcome)
 
 
 _KINDS: dict[type[BaseException], type[Any]] = {}
@@ -177,3 +177,55 @@ def _rebuild(
     error.last_attempt = Future.construct(report.attempts, last, True)
     error.report = report
     return error  # type: ignore[no-any-return]
+
+
+class Watchdog:
+    """The hard stop of every async attempt of one event loop, with one timer for them all.
+
+    Each attempt is watched until its end (a loop time); the timer is armed for the
+    earliest end and, when it fires, cuts the attempts past their end and arms itself for
+    the next. Sequential requests that each end before the timer fires cost a dict entry,
+    not a timer each (asyncio.timeout's per-request timer was a third of the aiohttp
+    middleware). The aiohttp middleware and the async httpx transport each keep one.
+    """
+
+    __slots__ = ("cut", "loop", "tasks", "timer", "when")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.tasks: dict[asyncio.Task[Any], float] = {}
+        self.cut: set[asyncio.Task[Any]] = set()
+        self.timer: asyncio.TimerHandle | None = None
+        self.when = math.inf
+
+    def watch(self, task: asyncio.Task[Any], end: float) -> None:
+        """Cancel ``task`` at the loop time ``end`` unless it is unwatched before."""
+        self.tasks[task] = end
+        if end < self.when:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.when = end
+            self.timer = self.loop.call_at(end, self._fire)
+
+    def unwatch(self, task: asyncio.Task[Any]) -> None:
+        """The attempt of ``task`` ended: leave it alone."""
+        self.tasks.pop(task, None)
+        if self.cut:
+            self.cut.discard(task)
+
+    def cut_off(self, task: asyncio.Task[Any]) -> bool:
+        """Whether the cancellation ``task`` received is the watchdog's alone (consumed)."""
+        return task in self.cut and task.uncancel() == 0
+
+    def _fire(self) -> None:
+        now = self.loop.time()
+        earliest = math.inf
+        for task, end in list(self.tasks.items()):
+            if end <= now:
+                del self.tasks[task]
+                self.cut.add(task)
+                task.cancel()
+            elif end < earliest:
+                earliest = end
+        self.when = earliest
+        self.timer = None if earliest == math.inf else self.loop.call_at(earliest, self._fire)

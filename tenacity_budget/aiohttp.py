@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tenacity import retry_if_exception
+from tenacity import retry_if_exception, retry_if_result
 
 try:  # the real library: an absolute import, never this module
     import aiohttp
@@ -27,12 +27,22 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
     ) from exc
 
-from ._clients import RetryableStatus, exhausted, first_time_left, retry_cures
-from .context import deadline_scope, remaining
+from ._clients import (
+    Watchdog,
+    exhausted,
+    outcome_hint,
+    retry_cures,
+    retry_frame,
+    run_horizon,
+    time_left,
+)
+from .context import _frame, remaining
 from .exhaustion import BudgetExhausted
-from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
+from .http import _check_methods, _check_statuses, _deadline_senders
+from .http import retry_after as retry_after  # reads ClientResponseError: said here
 
 if TYPE_CHECKING:
+    from .context import Horizon
     from .policy import BackoffPolicy
 
 __all__ = ["budget_middleware"]
@@ -47,7 +57,7 @@ _NOT_CURED = (aiohttp.ClientSSLError,)
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, RetryableStatus) or retry_cures(exc, _TRANSPORT, _NOT_CURED)
+    return retry_cures(exc, _TRANSPORT, _NOT_CURED)
 
 
 def _replayable(body: object) -> bool:
@@ -61,11 +71,14 @@ class _Call:
     __slots__ = ("first", "handler", "received", "request", "returned")
 
     def __init__(
-        self, request: aiohttp.ClientRequest, handler: Handler, first: BaseException
+        self,
+        request: aiohttp.ClientRequest,
+        handler: Handler,
+        first: BaseException | aiohttp.ClientResponse,
     ) -> None:
         self.request = request
         self.handler = handler
-        self.first: BaseException | None = first
+        self.first: BaseException | aiohttp.ClientResponse | None = first
         self.received: aiohttp.ClientResponse | None = None
         self.returned: aiohttp.ClientResponse | None = None
 
@@ -91,10 +104,16 @@ class BudgetMiddleware:
         self.methods = _check_methods(methods)
         self.budget = budget
         self._senders = _deadline_senders(deadline_header, deadline_headers)
+        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
+        statuses = self.retry_statuses
+        # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
-            budget=budget, retry=retry_if_exception(_retryable), retry_after=retry_after
+            budget=budget,
+            retry=retry_if_result(lambda response: response.status in statuses)
+            | retry_if_exception(_retryable),
+            retry_after=outcome_hint,
         )(self._attempt)
-        self._watchdog: _Watchdog | None = None
+        self._watchdog: Watchdog | None = None
 
     def __repr__(self) -> str:
         return f"<budget_middleware {self.policy!r}>"
@@ -106,8 +125,9 @@ class BudgetMiddleware:
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
-        left = first_time_left(self.policy)
-        ends = time.monotonic() + left
+        started = time.monotonic()
+        horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
+        left = time_left(horizon, self.policy.max_elapsed)
         watchdog, task = self._admit(request, left)
         failure: Exception | None = None
         try:
@@ -125,10 +145,11 @@ class BudgetMiddleware:
                 if self.budget is not None:
                     await self._deposit()
                 raise failure
-            return await self._enter(_Call(request, handler, failure), ends)
+            frame = retry_frame(horizon, started, self.policy.max_elapsed)
+            return await self._enter(_Call(request, handler, failure), frame)
         if response.status in self.retry_statuses and self._retries(request):
-            first = RetryableStatus(response, response.status)
-            return await self._enter(_Call(request, handler, first), ends)
+            frame = retry_frame(horizon, started, self.policy.max_elapsed)
+            return await self._enter(_Call(request, handler, response), frame)
         if self.budget is not None:
             await self._deposit()
         return response
@@ -139,7 +160,7 @@ class BudgetMiddleware:
 
     def _admit(
         self, request: aiohttp.ClientRequest, left: float
-    ) -> tuple[_Watchdog, asyncio.Task[Any]]:
+    ) -> tuple[Watchdog, asyncio.Task[Any]]:
         """Admit one attempt with ``left`` seconds: the deadline headers, the hard stop."""
         if left < 0.0:
             left = 0.0
@@ -148,7 +169,7 @@ class BudgetMiddleware:
         loop = asyncio.get_running_loop()
         watchdog = self._watchdog
         if watchdog is None or watchdog.loop is not loop:
-            watchdog = self._watchdog = _Watchdog(loop)
+            watchdog = self._watchdog = Watchdog(loop)
         task = asyncio.current_task(loop)
         if task is None:  # pragma: no cover (aiohttp always runs in a task)
             raise RuntimeError("budget_middleware runs inside an asyncio task")
@@ -161,31 +182,33 @@ class BudgetMiddleware:
         if inspect.isawaitable(deposited):
             await deposited
 
-    async def _enter(self, call: _Call, ends: float) -> aiohttp.ClientResponse:
-        """The budgeted run of a request whose first attempt called for a retry."""
+    async def _enter(self, call: _Call, frame: Horizon) -> aiohttp.ClientResponse:
+        """The budgeted run, in ``frame``, of a request whose first attempt called for a retry."""
         try:
-            with deadline_scope(max(0.0, ends - time.monotonic())):
-                return await self._retried(call)
+            with _frame(frame):
+                call.returned = await self._retried(call)
         except BudgetExhausted as spent:
-            last = spent.last_attempt.exception() if spent.last_attempt.failed else None
-            if isinstance(last, RetryableStatus):
-                call.received = None
-                returned: aiohttp.ClientResponse = last.response
-                return returned
-            if isinstance(last, aiohttp.ClientError):
-                raise exhausted(last, spent) from last
-            raise
+            if not spent.last_attempt.failed:  # spent on a status: the last response
+                call.returned = spent.last_attempt.result()
+            else:
+                last = spent.last_attempt.exception()
+                if isinstance(last, aiohttp.ClientError):
+                    raise exhausted(last, spent) from last
+                raise
         finally:
             if call.received is not None and call.received is not call.returned:
                 call.received.release()
+        assert call.returned is not None
+        return call.returned
 
     async def _attempt(self, call: _Call) -> aiohttp.ClientResponse:
         """One attempt of the run: the first one's outcome again, then real ones."""
         first, call.first = call.first, None
-        if first is not None:
-            if isinstance(first, RetryableStatus):
-                call.received = first.response
+        if isinstance(first, BaseException):
             raise first
+        if first is not None:
+            call.received = first
+            return first
         previous, call.received = call.received, None
         if previous is not None:  # the run is retrying it: discard it
             previous.release()
@@ -200,9 +223,6 @@ class BudgetMiddleware:
             raise
         finally:
             watchdog.unwatch(task)
-        if response.status in self.retry_statuses:
-            raise RetryableStatus(response, response.status)
-        call.returned = response
         return response
 
 
@@ -211,57 +231,6 @@ def _time_up(left: float) -> aiohttp.ServerTimeoutError:
     return aiohttp.ServerTimeoutError(
         f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s"
     )
-
-
-class _Watchdog:
-    """The hard stop of every attempt of one event loop, with one timer for them all.
-
-    Each attempt is watched until its end (a loop time); the timer is armed for the
-    earliest end and, when it fires, cuts the attempts past their end and arms itself for
-    the next. Sequential requests that each end before the timer fires cost a dict entry,
-    not a timer each (asyncio.timeout's per-request timer is a third of the middleware).
-    """
-
-    __slots__ = ("cut", "loop", "tasks", "timer", "when")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.tasks: dict[asyncio.Task[Any], float] = {}
-        self.cut: set[asyncio.Task[Any]] = set()
-        self.timer: asyncio.TimerHandle | None = None
-        self.when = math.inf
-
-    def watch(self, task: asyncio.Task[Any], end: float) -> None:
-        """Cancel ``task`` at the loop time ``end`` unless it is unwatched before."""
-        self.tasks[task] = end
-        if end < self.when:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.when = end
-            self.timer = self.loop.call_at(end, self._fire)
-
-    def unwatch(self, task: asyncio.Task[Any]) -> None:
-        """The attempt of ``task`` ended: leave it alone."""
-        self.tasks.pop(task, None)
-        if self.cut:
-            self.cut.discard(task)
-
-    def cut_off(self, task: asyncio.Task[Any]) -> bool:
-        """Whether the cancellation ``task`` received is the watchdog's alone (consumed)."""
-        return task in self.cut and task.uncancel() == 0
-
-    def _fire(self) -> None:
-        now = self.loop.time()
-        earliest = math.inf
-        for task, end in list(self.tasks.items()):
-            if end <= now:
-                del self.tasks[task]
-                self.cut.add(task)
-                task.cancel()
-            elif end < earliest:
-                earliest = end
-        self.when = earliest
-        self.timer = None if earliest == math.inf else self.loop.call_at(earliest, self._fire)
 
 
 def budget_middleware(

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import tenacity
 from tenacity import RetryCallState
@@ -31,9 +31,10 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
-from ._clients import retry_cures
-from .context import ambient_deadline, deadline_scope, remaining
-from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason
+from ._clients import Watchdog, retry_cures, retry_frame, run_horizon, time_left
+from .context import Horizon, ambient_deadline, deadline_scope, earliest
+from .decision import admit
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import DEADLINE_HEADER, _check_methods, _check_statuses, _deadline_senders, wait_hint
 from .retrying import _AsyncBudgetStop
 from .strategies import reads_results
@@ -232,7 +233,7 @@ def _rewindable(file: object) -> bool:
 
 class _Call:
     """One request's run: the request, whether it may be retried, its own timeouts, its
-    start, the latest response.
+    start, its horizon (the run's budget end over the ambient frame), the latest response.
 
     The latest attempt let through (:meth:`_Transport._admit`) sets ``timeout`` (seconds it
     is given), ``end`` (the monotonic instant it must be over by) and ``binding`` (which end
@@ -242,15 +243,20 @@ class _Call:
     __slots__ = (
         "binding",
         "end",
+        "horizon",
+        "own",
         "received",
         "request",
         "retried",
         "started",
+        "throttle",
         "timeout",
         "timeouts",
     )
 
-    def __init__(self, request: httpx.Request, started: float, retried: bool) -> None:
+    def __init__(
+        self, request: httpx.Request, started: float, retried: bool, max_elapsed: float, wall: float
+    ) -> None:
         self.request = request
         # Asked before the first attempt: sending a body can replace its stream.
         self.retried = retried
@@ -258,6 +264,14 @@ class _Call:
         self.timeouts: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
         self.started = started
         self.received: httpx.Response | None = None
+        self.throttle: Any = None  # the throttle its attempts ask (and tell), if any
+        # Outside any frame and without a deadline, the run's budget alone bounds it: its
+        # horizon is built at its first retry (a first attempt has the whole budget).
+        self.horizon = run_horizon(started, max_elapsed, wall)
+        budget_end = started + max_elapsed
+        outer = None if self.horizon is None else self.horizon.outer
+        # Whether the run's own budget is its earliest monotonic end (a tie is a deadline's).
+        self.own = outer is None or outer.mono_end > budget_end
 
     timeout: float
     end: float
@@ -287,16 +301,28 @@ def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float 
     if left > _UNBOUNDED:
         return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
     get = timeouts.get
-    connect, read, write, pool = get("connect"), get("read"), get("write"), get("pool")
-    own = (connect, read, write, pool)
-    if None not in own and max(cast("tuple[float, ...]", own)) <= left:
+    own = (get("connect"), get("read"), get("write"), get("pool"))
+    if None not in own and max(own) <= left:
         return timeouts  # every phase of the request's own is shorter: nothing to change
+    connect, read, write, pool = own
     return {  # written out: this runs for every request
         "connect": left if connect is None else float(min(connect, left)),
         "read": left if read is None else float(min(read, left)),
         "write": left if write is None else float(min(write, left)),
         "pool": left if pool is None else float(min(pool, left)),
     }
+
+
+def _binding(own: bool, horizon: Horizon | None, left: float) -> StopReason:
+    """Which end binds an attempt with ``left`` seconds: ``deadline`` where an enclosing
+    end (``own`` false) or the wall clock's binds or ties, else the run's ``wall_clock``."""
+    if not own or (
+        horizon is not None
+        and horizon.wall_end != math.inf
+        and left >= horizon.wall_end - time.time()
+    ):
+        return StopReason.DEADLINE
+    return StopReason.WALL_CLOCK
 
 
 def _seconds(own: Any) -> float | None:
@@ -321,6 +347,25 @@ def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
     return {**timeouts, "pool": pool}
 
 
+def _check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
+    """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
+    callable mapping a request's host to its throttle.
+
+    Raises:
+        TypeError: for anything else (saying what a throttle is).
+    """
+    if throttle is None or all(
+        callable(getattr(throttle, name, None)) for name in ("admit", "record")
+    ):
+        return throttle, None
+    if callable(throttle):
+        return None, throttle
+    raise TypeError(
+        "throttle must be an adaptive throttle (AdaptiveThrottle: admit(), record()) or a "
+        f"callable mapping a request's host to one, got {type(throttle).__name__}"
+    )
+
+
 class _Transport:
     """What both transports share: the options, the admission of attempts, the run's end."""
 
@@ -331,7 +376,7 @@ class _Transport:
     _statuses: frozenset[int]
     _clamp: Callable[[dict[str, Any], float], dict[str, Any]]
 
-    def _setup(self, config: _Config) -> None:
+    def _setup(self, config: _Config, throttle: Any) -> None:
         self.config = config
         self.budget = config.budget
         policy = config.policy
@@ -346,25 +391,75 @@ class _Transport:
                 "client, or AsyncBudgetTransport"
             )
         stop = policy.stop()
-        composed: Any = stop
-        if config.budget is not None:
-            # The one decision asks the retry budget last: a retry the policy refuses never
-            # spends the shared budget (an asyncio budget's withdrawal is awaited after it).
-            withdraw = config.budget.try_withdraw
-            composed = (
-                _AsyncBudgetStop(stop, withdraw) if is_async else stop.compose(grant=withdraw)
-            )
+        # The one decision asks the retry budget last: a retry the policy (or the throttle)
+        # refuses never spends the shared budget (an asyncio budget's is awaited after it).
+        withdraw = None if config.budget is None else config.budget.try_withdraw
+        self._stop_parts = (stop, withdraw, is_async)
         statuses = config.retry_statuses
-        kwargs: dict[str, Any] = {
+        self._kwargs: dict[str, Any] = {
             "wait": policy.wait(retry_after=_response_hint),
-            "stop": composed,
             "retry": tenacity.retry_if_result(lambda response: response.status_code in statuses)
             | tenacity.retry_if_exception(_retryable),
             "retry_error_callback": _give_up,
         }
-        self._controller: tenacity.BaseRetrying = (
-            tenacity.AsyncRetrying(**kwargs) if self._asyncio else tenacity.Retrying(**kwargs)
+        self._throttle, self._throttle_of = _check_throttle(throttle)
+        self._throttled = throttle is not None
+        self._controllers: dict[Any, tenacity.BaseRetrying] = {}
+        self._controller = self._build(self._throttle)
+
+    def _build(self, throttle: Any) -> tenacity.BaseRetrying:
+        """The tenacity controller of runs asking ``throttle`` (``None``: none) and the budget."""
+        stop, withdraw, is_async = self._stop_parts
+        admit = None if throttle is None else throttle.admit
+        composed: Any = stop if admit is None else stop.compose(throttle=admit)
+        if withdraw is not None:
+            composed = (
+                _AsyncBudgetStop(composed, withdraw)
+                if is_async
+                else stop.compose(grant=withdraw, throttle=admit)
+            )
+        kind = tenacity.AsyncRetrying if self._asyncio else tenacity.Retrying
+        return kind(stop=composed, **self._kwargs)
+
+    def _admit_first(self, call: _Call) -> None:
+        """The first attempt's admission by the request's throttle (decision.admit), then
+        the call's deposit in the retry budget: a rejected call deposits nothing.
+
+        Raises:
+            httpx.ConnectError: also a BudgetExhausted (reason ``throttled``), when the
+                throttle rejects it: nothing was sent.
+        """
+        if self._throttled:
+            throttle = self._throttle
+            if throttle is None:
+                assert self._throttle_of is not None
+                throttle, of = _check_throttle(self._throttle_of(call.request.url.host))
+                if throttle is None or of is not None:
+                    raise TypeError("the throttle callable must return an AdaptiveThrottle")
+            call.throttle = throttle
+            if admit(throttle.admit) is not None:
+                self._reject(call, throttle)
+        if self.budget is not None:
+            self.budget.deposit()
+
+    def _reject(self, call: _Call, throttle: Any) -> NoReturn:
+        """End a run whose first attempt the throttle rejected: an ``httpx.ConnectError``
+        (the request was never sent, as when no connection is made) that is also a
+        :class:`~tenacity_budget.BudgetExhausted` with reason ``throttled``."""
+        rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
+        report = ExhaustionReport(
+            attempts=1,
+            affordable=self.config.policy.max_attempts(),
+            slept=0.0,
+            elapsed=time.monotonic() - call.started,
+            budget=self._max_elapsed,
+            deadline=earliest(ambient_deadline(), self.config.policy.deadline),
+            reason=StopReason.THROTTLED,
+            last_exception=rejection,
         )
+        attempt = tenacity.Future.construct(1, rejection, True)
+        error = httpx.ConnectError(str(rejection), request=call.request)
+        raise _exhausted(error, attempt, report) from rejection
 
     @property
     def policy(self) -> BackoffPolicy:
@@ -406,16 +501,11 @@ class _Transport:
         Raises:
             httpx.TimeoutException: for a first attempt with no time left (not sent).
         """
-        now = time.monotonic()
-        left = call.started + self._max_elapsed - now
-        reason = StopReason.WALL_CLOCK
-        outer = remaining()
-        if outer is not None and outer <= left:
-            left, reason = outer, StopReason.DEADLINE
-        if self._deadline_ts != math.inf:
-            until = self._deadline_ts - time.time()
-            if until <= left:
-                left, reason = until, StopReason.DEADLINE
+        horizon = call.horizon
+        if horizon is None and not first:
+            horizon = call.horizon = retry_frame(None, call.started, self._max_elapsed)
+        left = time_left(horizon, self._max_elapsed)
+        reason = _binding(call.own, horizon, left)
         if left < _LEAST:
             if first and left <= 0.0:
                 raise httpx.TimeoutException(
@@ -428,7 +518,9 @@ class _Transport:
             for header, write in self._senders:
                 headers[header] = write(left)
         call.request.extensions["timeout"] = self._clamp(call.timeouts, left)
-        call.timeout, call.end, call.binding = left, now + left, reason
+        call.timeout, call.binding = left, reason
+        if self._asyncio:  # the instant _late() checks (a sync attempt cannot be late)
+            call.end = time.monotonic() + left
         return left
 
     def _cut(self, call: _Call, state: RetryCallState | None, cut: _Cut) -> NoReturn:
@@ -468,7 +560,12 @@ class _Transport:
 
     def _begin_retrying(self, call: _Call, first: BaseException | httpx.Response) -> Any:
         """The tenacity state of a run whose first attempt failed (``first``)."""
-        retrying = self._controller.copy()
+        controller = self._controller
+        if call.throttle is not self._throttle:  # one throttle per host: its own controller
+            controller = self._controllers.get(call.throttle) or self._controllers.setdefault(
+                call.throttle, self._build(call.throttle)
+            )
+        retrying = controller.copy()
         retrying.begin()
         state = RetryCallState(retrying, fn=None, args=(), kwargs={})
         state.start_time = call.started
@@ -483,15 +580,17 @@ class _HardStop:
     """The hard stop of an async attempt: its task is cancelled when its time is up.
 
     ``asyncio.timeout``'s rule (the cancellation leaves the block as ``TimeoutError``, unless
-    the task was cancelled by someone else too), as a plain ``with``: arming and disarming
-    a timer needs no await, and this runs for every request.
+    the task was cancelled by someone else too), as a plain ``with`` over the transport's
+    :class:`~tenacity_budget._clients.Watchdog` (one timer for every attempt of a loop):
+    this runs for every request.
     """
 
-    __slots__ = ("_cancelling", "_handle", "_task", "_timeout", "expired")
+    __slots__ = ("_cancelling", "_owner", "_task", "_timeout", "_watchdog", "expired")
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, owner: AsyncBudgetTransport, timeout: float) -> None:
+        self._owner = owner
         self._timeout = timeout
-        self._handle: asyncio.TimerHandle | None = None
+        self._watchdog: Watchdog | None = None
         self.expired = False
 
     def __enter__(self) -> None:
@@ -502,20 +601,24 @@ class _HardStop:
         self._cancelling = task.cancelling()
         if self._timeout <= _UNBOUNDED:
             loop = asyncio.get_running_loop()
-            self._handle = loop.call_at(loop.time() + self._timeout, self._expire)
+            watchdog = self._owner._watchdog
+            if watchdog is None or watchdog.loop is not loop:
+                watchdog = self._owner._watchdog = Watchdog(loop)
+            watchdog.watch(task, loop.time() + self._timeout)
+            self._watchdog = watchdog
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        watchdog = self._watchdog
+        if watchdog is None:
+            return
+        self._watchdog = None
+        task = self._task
+        if watchdog.cut and task in watchdog.cut:
+            self.expired = True
+        watchdog.unwatch(task)
         # uncancel() first, whatever left the block: the cancellation asked here is undone.
-        if self.expired and self._task.uncancel() <= self._cancelling and kind is _CANCELLED:
+        if self.expired and task.uncancel() <= self._cancelling and kind is _CANCELLED:
             raise TimeoutError from exc
-
-    def _expire(self) -> None:
-        self._handle = None
-        self.expired = True
-        self._task.cancel()
 
 
 def _late(call: _Call) -> _Cut | None:
@@ -657,6 +760,7 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         deadline_header: str | None = "X-Request-Timeout-Ms",
         budget: Any = None,
         deadline_headers: Iterable[str] | None = None,
+        throttle: Any = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(
@@ -665,7 +769,7 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         config = _Config.build(
             policy, retry_statuses, methods, deadline_header, budget, deadline_headers
         )
-        self._setup(config)
+        self._setup(config, throttle)
         self.transport: httpx.BaseTransport = (
             transport if transport is not None else httpx.HTTPTransport()
         )
@@ -676,9 +780,15 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request, time.monotonic(), self.config.retries(request))
-        if self.budget is not None:
-            self.budget.deposit()
+        started = time.monotonic()
+        call = _Call(
+            request,
+            started,
+            self.config.retries(request),
+            self._max_elapsed,
+            self._deadline_ts,
+        )
+        self._admit_first(call)
         try:  # the first attempt, outside tenacity's loop: most runs end with it
             timeout = self._admit(call, True)
             if self._bare:  # see _frame
@@ -687,7 +797,11 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
                 with deadline_scope(timeout):
                     response = call.received = self.transport.handle_request(request)
         except BaseException as exc:
+            if call.throttle is not None and isinstance(exc, Exception):
+                call.throttle.record(exc)
             return self._settle(call, exc)
+        if call.throttle is not None:
+            call.throttle.record(response)
         if response.status_code in self._statuses:
             return self._settle(call, response)
         return response
@@ -726,8 +840,12 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
                 with self._frame(self._admit(call, False)):
                     call.received = self.transport.handle_request(call.request)
             except BaseException as exc:
+                if call.throttle is not None and isinstance(exc, Exception):
+                    call.throttle.record(exc)
                 _set_outcome(state, exc)
             else:
+                if call.throttle is not None:
+                    call.throttle.record(call.received)
                 state.set_result(call.received)
 
     def close(self) -> None:
@@ -761,6 +879,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         deadline_header: str | None = "X-Request-Timeout-Ms",
         budget: Any = None,
         deadline_headers: Iterable[str] | None = None,
+        throttle: Any = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(
@@ -769,23 +888,30 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         config = _Config.build(
             policy, retry_statuses, methods, deadline_header, budget, deadline_headers
         )
-        self._setup(config)
+        self._setup(config, throttle)
         self.transport: httpx.AsyncBaseTransport = (
             transport if transport is not None else httpx.AsyncHTTPTransport()
         )
         self._bare = type(self.transport) is httpx.AsyncHTTPTransport
+        self._watchdog: Watchdog | None = None  # the hard stop's timer, per event loop
 
     def __repr__(self) -> str:
         return f"<AsyncBudgetTransport {self.policy!r} transport={self.transport!r}>"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
-        call = _Call(request, time.monotonic(), self.config.retries(request))
-        if self.budget is not None:
-            self.budget.deposit()
+        started = time.monotonic()
+        call = _Call(
+            request,
+            started,
+            self.config.retries(request),
+            self._max_elapsed,
+            self._deadline_ts,
+        )
+        self._admit_first(call)
         hard: _HardStop | None = None
         try:  # the first attempt, outside tenacity's loop: most runs end with it
-            hard = _HardStop(self._admit(call, True))
+            hard = _HardStop(self, self._admit(call, True))
             with hard:
                 if self._bare:  # see _frame
                     response = await self.transport.handle_async_request(request)
@@ -795,6 +921,8 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         except BaseException as exc:
             return await self._settle(call, await self._failed(call, hard, exc))
         call.received = response
+        if call.throttle is not None:
+            call.throttle.record(response)
         if time.monotonic() > call.end or response.status_code in self._statuses:
             return await self._settle(call, _late(call) or response)
         return response
@@ -838,7 +966,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         hard: _HardStop | None = None
         previous, call.received = call.received, None
         try:
-            hard = _HardStop(self._admit(call, False))
+            hard = _HardStop(self, self._admit(call, False))
             with hard:
                 if previous is not None:  # the run is retrying it: discard it
                     await _close_whole(previous)
@@ -847,6 +975,8 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         except BaseException as exc:
             return await self._failed(call, hard, exc)
         call.received = response
+        if call.throttle is not None:
+            call.throttle.record(response)
         return _late(call) or response
 
     async def _failed(
@@ -862,6 +992,8 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             cut = _Cut(call.binding)
             cut.__cause__ = exc
             return cut
+        if call.throttle is not None and isinstance(exc, Exception):
+            call.throttle.record(exc)  # the backend's answer (a cut attempt gave none)
         return exc
 
     async def aclose(self) -> None:

@@ -9,11 +9,12 @@ errors it raises stay ``requests.RequestException``. Needs the ``requests`` extr
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tenacity import retry_if_exception
+from tenacity import retry_if_exception, retry_if_result
 
 try:  # the real library: an absolute import, never this module
     import requests
@@ -24,10 +25,10 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.requests needs requests: pip install 'tenacity-budget[requests]'"
     ) from exc
 
-from ._clients import RetryableStatus, exhausted, first_time_left, retry_cures
-from .context import deadline_scope, remaining
+from ._clients import exhausted, outcome_hint, retry_cures, retry_frame, run_horizon, time_left
+from .context import _frame, remaining
 from .exhaustion import BudgetExhausted
-from .http import _check_methods, _check_statuses, _deadline_senders, retry_after
+from .http import _check_methods, _check_statuses, _deadline_senders
 
 if TYPE_CHECKING:
     from .policy import BackoffPolicy
@@ -47,7 +48,7 @@ _NOT_CURED = (requests.exceptions.SSLError,)
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, RetryableStatus) or retry_cures(exc, _TRANSPORT, _NOT_CURED)
+    return retry_cures(exc, _TRANSPORT, _NOT_CURED)
 
 
 def _timeouts(own: Any, left: float) -> Any:
@@ -159,9 +160,15 @@ class BudgetAdapter(HTTPAdapter):
         self.methods = _check_methods(methods)
         self.budget = budget
         self._senders = _deadline_senders(deadline_header, deadline_headers)
+        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         super().__init__(max_retries=0, **adapter_kwargs)
+        statuses = self.retry_statuses
+        # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
-            budget=budget, retry=retry_if_exception(_retryable), retry_after=retry_after
+            budget=budget,
+            retry=retry_if_result(lambda response: response.status_code in statuses)
+            | retry_if_exception(_retryable),
+            retry_after=outcome_hint,
         )(self._attempt)
 
     def __repr__(self) -> str:
@@ -183,10 +190,10 @@ class BudgetAdapter(HTTPAdapter):
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
-        left = first_time_left(self.policy)
-        ends = time.monotonic() + left
+        started = time.monotonic()
+        horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
         try:
-            response = self._admit(call, left)
+            response = self._admit(call, time_left(horizon, self.policy.max_elapsed))
         except BaseException as exc:
             if not retried or not _retryable(exc):
                 self._deposit()
@@ -196,8 +203,8 @@ class BudgetAdapter(HTTPAdapter):
             if not retried or response.status_code not in self.retry_statuses:
                 self._deposit()
                 return response
-            call.first = RetryableStatus(response, response.status_code)
-        with deadline_scope(max(0.0, ends - time.monotonic())):
+            call.first = response
+        with _frame(retry_frame(horizon, started, self.policy.max_elapsed)):
             return self._run(call)
 
     def _deposit(self) -> None:
@@ -208,36 +215,35 @@ class BudgetAdapter(HTTPAdapter):
     def _run(self, call: _Call) -> requests.Response:
         """The budgeted run of a request whose first attempt called for a retry."""
         try:
-            return self._retried(call)
+            call.returned = self._retried(call)
         except BudgetExhausted as spent:
-            last = spent.last_attempt.exception() if spent.last_attempt.failed else None
-            if isinstance(last, RetryableStatus):
-                call.received = None
-                returned: requests.Response = last.response
-                return returned
-            if isinstance(last, requests.RequestException):
-                raise exhausted(last, spent) from last
-            raise
+            if not spent.last_attempt.failed:  # spent on a status: the last response
+                call.returned = spent.last_attempt.result()
+            else:
+                last = spent.last_attempt.exception()
+                if isinstance(last, requests.RequestException):
+                    raise exhausted(last, spent) from last
+                raise
         finally:
             if call.received is not None and call.received is not call.returned:
                 call.received.close()
+        assert call.returned is not None
+        return call.returned
 
     def _attempt(self, call: _Call) -> requests.Response:
         """One attempt of the run: the first one's outcome again, then real ones."""
         first, call.first = call.first, None
-        if first is not None:
-            if isinstance(first, RetryableStatus):
-                call.received = first.response
+        if isinstance(first, BaseException):
             raise first
+        if first is not None:
+            call.received = first
+            return first
         previous, call.received = call.received, None
         if previous is not None:  # the run is retrying it: discard it
             previous.close()
         left = remaining()
         assert left is not None  # always inside the run
         response = call.received = self._admit(call, left)
-        if response.status_code in self.retry_statuses:
-            raise RetryableStatus(response, response.status_code)
-        call.returned = response
         return response
 
     def _admit(self, call: _Call, left: float) -> requests.Response:
@@ -258,6 +264,6 @@ class _Call:
         self.request = request
         self.options = options
         self.timeout = timeout
-        self.first: BaseException | None = None
+        self.first: BaseException | requests.Response | None = None
         self.received: requests.Response | None = None
         self.returned: requests.Response | None = None
