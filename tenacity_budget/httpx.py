@@ -301,7 +301,7 @@ def _bounded_timeouts(timeouts: dict[str, Any], left: float) -> dict[str, float 
     if left > _UNBOUNDED:
         return {phase: _seconds(timeouts.get(phase)) for phase in _PHASES}
     get = timeouts.get
-    own = (get("connect"), get("read"), get("write"), get("pool"))
+    own: tuple[Any, ...] = (get("connect"), get("read"), get("write"), get("pool"))
     if None not in own and max(own) <= left:
         return timeouts  # every phase of the request's own is shorter: nothing to change
     connect, read, write, pool = own
