@@ -448,7 +448,7 @@ class _Transport:
         :class:`~tenacity_budget.BudgetExhausted` with reason ``throttled``."""
         rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
         report = ExhaustionReport(
-            attempts=1,
+            attempts=0,  # nothing was sent
             affordable=self.config.policy.max_attempts(),
             slept=0.0,
             elapsed=time.monotonic() - call.started,
