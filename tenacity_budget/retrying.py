@@ -22,6 +22,7 @@ import tenacity
 from tenacity import RetryCallState, RetryError
 
 from ._terms import HasTerms, terms_of
+from ._validate import throttle as check_throttle
 from .context import _HORIZON as _HORIZON
 from .context import (
     Horizon,
@@ -48,13 +49,7 @@ def _check_options(
     on_exhausted: object, budget: object, hard_deadline: object, throttle: object = None
 ) -> None:
     """Refuse ``policy.retry()`` options of the wrong kind, at decoration."""
-    if throttle is not None and not all(
-        callable(getattr(throttle, name, None)) for name in ("admit", "record")
-    ):
-        raise TypeError(
-            "throttle must be an adaptive throttle (AdaptiveThrottle or RedisAdaptiveThrottle: "
-            f"admit(), record()), got {type(throttle).__name__}"
-        )
+    check_throttle(throttle)
     if on_exhausted is not None and not callable(on_exhausted):
         raise TypeError("on_exhausted must be a callable taking the ExhaustionReport")
     if budget is not None and not all(

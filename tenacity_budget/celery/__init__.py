@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
+from .._validate import throttle as check_throttle
 from ..context import remaining_until
 from ..exhaustion import ExhaustionReport, StopReason, Throttled
 from ..policy import BackoffPolicy
-from ..retrying import _check_options
 from ._dead_letter import DeadLetter, TaskBudgetExhausted
 from ._dead_letter import DeadLetterDestination as DeadLetterDestination
 from ._dead_letter import DeadLetterQueue as DeadLetterQueue
@@ -207,7 +207,7 @@ def _sync_budget(budget: _SyncRetryBudget) -> _SyncRetryBudget:
 
 def _throttle(throttle: _Throttle) -> _Throttle:
     """``CeleryBudget(throttle=...)`` checked, as ``policy.retry(throttle=...)`` checks it."""
-    _check_options(None, None, False, throttle)
+    check_throttle(throttle)
     return throttle
 
 
