@@ -26,7 +26,8 @@ from typing import Any
 
 from tenacity_budget import AdaptiveThrottle, RetryBudget
 
-from .overload import _RETRY, Decorate, Overloaded, OverloadParams, Server, _tenacity
+from .overload import _RETRY, Decorate, Overloaded, OverloadParams, Server
+from .overload import CANDIDATES as SIMULATED
 from .storm import POLICY, CallRecord, _RedisServer, _server_binary, _traffic
 
 __all__ = ["CANDIDATES", "RealParams", "real_run"]
@@ -49,7 +50,10 @@ class RealParams:
     def server(self) -> OverloadParams:
         """The simulated server's parameters."""
         return OverloadParams(
-            capacity=self.capacity, depth=self.depth, rejection_cost=self.rejection_cost
+            capacity=self.capacity,
+            depth=self.depth,
+            rejection_cost=self.rejection_cost,
+            seed=self.seed,
         )
 
 
@@ -63,8 +67,10 @@ def _nothing() -> None:
     """Nothing to close."""
 
 
-def _plain(make: Callable[[], Decorate]) -> _Factory:
-    return lambda p, url, run, index: (make(), _nothing)
+def _as_simulated(name: str) -> tuple[str, _Factory]:
+    """The simulation's candidate ``name``, built the same way in each process."""
+    label, make = SIMULATED[name]
+    return label, lambda p, url, run, index: (make(p.server), _nothing)
 
 
 def _local(budget: bool) -> _Factory:
@@ -98,15 +104,9 @@ def _shared(p: RealParams, url: str, run: str, index: int) -> tuple[Decorate, Ca
 
 
 CANDIDATES: dict[str, tuple[str, _Factory]] = {
-    "tenacity": (
-        "tenacity stop_after_attempt(5) + wait_random_exponential",
-        _plain(lambda: _tenacity(OverloadParams())),
-    ),
-    "policy": ("policy.retry() alone", _plain(lambda: POLICY.retry(retry=_RETRY))),
-    "policy+budget": (
-        "policy.retry(budget=RetryBudget())",
-        _plain(lambda: POLICY.retry(budget=RetryBudget(name="overload"), retry=_RETRY)),
-    ),
+    "tenacity": _as_simulated("tenacity"),
+    "policy": _as_simulated("policy"),
+    "policy+budget": _as_simulated("policy+budget"),
     "policy+throttle k=2": ("policy.retry(throttle=AdaptiveThrottle(k=2))", _local(False)),
     "policy+throttle+budget": (
         "policy.retry(throttle=AdaptiveThrottle(k=2), budget=RetryBudget())",
