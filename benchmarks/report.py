@@ -403,6 +403,7 @@ def blocks(
         "budget-ops": _budget_ops(results["budget_ops"]),
         "import-time": _import_time(results["import_time"]),
         "overload": _overload(results["overload"]),
+        "overload-real": _overload_real(results["overload"]),
         **tail_blocks(results["tail"]),
     }
 
@@ -1218,8 +1219,8 @@ def _import_time(data: dict[str, Any]) -> str:
 # -- entry point --------------------------------------------------------------------------
 
 
-def _overload(data: dict[str, Any]) -> str:
-    """Issue 18's overload scenario: rejected attempts, goodput, ratios, and the goals."""
+def _overload_table(candidates: dict[str, Any], goals: dict[str, bool]) -> str:
+    """One overload run: rejected attempts, goodput, ratios to tenacity's, and the goals."""
     rows = [
         [
             candidate["label"],
@@ -1229,7 +1230,7 @@ def _overload(data: dict[str, Any]) -> str:
             f"{candidate['goodput_ratio']:.2f}x",
             f"{candidate['attempts_per_call']:.2f}",
         ]
-        for candidate in data["simulated"].values()
+        for candidate in candidates.values()
     ]
     header = [
         "candidate",
@@ -1240,12 +1241,33 @@ def _overload(data: dict[str, Any]) -> str:
         "attempts per call",
     ]
     table = _table(header, rows, "lrrrrr")
-    goals = "\n".join(f"- {goal}: **{_verdict(met)}**" for goal, met in data["goals"].items())
-    return f"{table}\n{goals}\n"
+    verdicts = "\n".join(f"- {goal}: **{_verdict(met)}**" for goal, met in goals.items())
+    return f"{table}\n{verdicts}\n"
 
 
-def overload_figures(data: dict[str, Any]) -> dict[str, bytes]:
-    """The overload figure (rejected attempts and goodput per candidate) as SVG bytes."""
+def _overload(data: dict[str, Any]) -> str:
+    """Issue 18's overload scenario, simulated."""
+    return _overload_table(data["simulated"], data["goals"])
+
+
+def _overload_real(data: dict[str, Any]) -> str:
+    """The overload scenario for real: its scale, then the same table and goals."""
+    real = data.get("real", {"skipped": "not run yet"})
+    if "candidates" not in real:
+        return f"Not measured: {real['skipped']}.\n"
+    p, candidates = real["params"], real["candidates"]
+    errors = sum(c["errors"] for c in candidates.values())
+    scale = (
+        f"{p['processes']} client processes, {p['calls_per_second']:g} calls/s in all for "
+        f"{p['duration']:g} s, capacity {p['capacity']:g} units/s (a 429 costs "
+        f"{p['rejection_cost']:g}), throttle window {p['window']:g} s; the candidates one after "
+        f"the other, {real['seconds']:g} s in all; {errors} attempts failed on a transport error."
+    )
+    return f"{scale}\n\n{_overload_table(candidates, real['goals'])}"
+
+
+def _overload_figure(candidates: dict[str, Any], title: str) -> bytes:
+    """Rejected attempts and goodput per candidate, side by side, as SVG bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1263,9 +1285,9 @@ def overload_figures(data: dict[str, Any]) -> dict[str, bytes]:
             "figure.dpi": 100,
         }
     )
-    names = list(data["simulated"])
-    rejected = [data["simulated"][n]["rejected_attempts"] for n in names]
-    goodput = [data["simulated"][n]["goodput"] for n in names]
+    names = list(candidates)
+    rejected = [candidates[n]["rejected_attempts"] for n in names]
+    goodput = [candidates[n]["goodput"] for n in names]
     fig, (left, right) = plt.subplots(1, 2, figsize=(7.4, 3.6))
     left.barh(names, rejected, color="#cb181d")
     left.set_xlabel("attempts the server rejected (429)")
@@ -1274,17 +1296,37 @@ def overload_figures(data: dict[str, Any]) -> dict[str, bytes]:
     right.set_xlabel("goodput (calls that succeeded per second)")
     right.invert_yaxis()
     right.set_yticklabels([])
-    p = data["params"]
-    fig.suptitle(
-        f"Overload: {p['calls_per_second']:g} calls/s offered, capacity {p['capacity']:g}/s, "
-        f"{p['duration']:g} s",
-        fontsize=9,
-    )
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
-    return {"overload.svg": buffer.getvalue()}
+    return buffer.getvalue()
+
+
+def overload_figures(data: dict[str, Any]) -> dict[str, bytes]:
+    """The overload figures (rejected attempts and goodput per candidate) as SVG bytes.
+
+    ``overload.svg`` for the simulated run, ``overload-real.svg`` for the real one (once
+    measured).
+    """
+    p = data["params"]
+    out = {
+        "overload.svg": _overload_figure(
+            data["simulated"],
+            f"Overload: {p['calls_per_second']:g} calls/s offered, capacity "
+            f"{p['capacity']:g}/s, {p['duration']:g} s",
+        )
+    }
+    real = data.get("real", {})
+    if "candidates" in real:
+        r = real["params"]
+        out["overload-real.svg"] = _overload_figure(
+            real["candidates"],
+            f"Real: {r['processes']} processes, {r['calls_per_second']:g} calls/s offered, "
+            f"capacity {r['capacity']:g}/s, {r['duration']:g} s",
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -347,6 +347,70 @@ def slicing(window: object, what: str) -> Slicing:
     return Slicing(SLICES * exact.denominator, exact.numerator * 1_000_000)
 
 
+_NO_SPAN = (math.inf, -math.inf)  # a span no instant is in: the owner never skips the roll
+
+
+class CountRing:
+    """The ring of slices that expires two running counts from a :class:`Slicing` window.
+
+    Its owner (a :class:`RetryBudget`: deposits and withdrawals; an adaptive throttle:
+    requests and accepts) keeps the two totals over the window, the current slice included,
+    and adds to them on its hot path. When the clock leaves the current slice it hands them
+    to :meth:`roll`. Slot ``s % SLICES`` holds the counts of slice ``s`` for the
+    ``SLICES - 1`` slices before the current one (written when that slice ends). Not locked:
+    the owner calls it under its own lock.
+    """
+
+    __slots__ = ("_a_before", "_a_slots", "_b_before", "_b_slots", "_current", "_shift", "slicing")
+
+    def __init__(self, slicing: Slicing) -> None:
+        self.slicing = slicing
+        self._a_slots = [0] * SLICES
+        self._b_slots = [0] * SLICES
+        self._a_before = 0  # the totals when the current slice began
+        self._b_before = 0
+        self._current: int | None = None  # the latest slice seen
+        self._shift = 0  # added to every slice index: a clock read earlier stands still
+
+    def roll(self, seconds: float, a: int, b: int) -> tuple[int, int, float, float]:
+        """Bring the window to the instant ``seconds``: ``(a, b, start, end)``.
+
+        ``a`` and ``b`` are the owner's totals; returned without the slices that expired,
+        with the instants of the current slice (``start <= t < end``), inside which the
+        owner may skip this call. Only from a float (``time.monotonic()`` returns one): an
+        instant of another type, from a test clock, gives a span no instant is in.
+        """
+        now = self.slicing.slice_of(seconds) + self._shift
+        current = self._current
+        if current is None:
+            self._current = current = now
+        elif now > current:
+            a_slots, b_slots = self._a_slots, self._b_slots
+            if now - current >= SLICES:
+                a_slots[:] = [0] * SLICES
+                b_slots[:] = [0] * SLICES
+                a = b = 0
+            else:
+                slot = current % SLICES  # the current slice ends: its counts go to its slot
+                a_slots[slot] = a - self._a_before
+                b_slots[slot] = b - self._b_before
+                # Slices current+1 .. now take the slots of slices SLICES earlier: expired.
+                for index in range(current + 1, now + 1):
+                    slot = index % SLICES
+                    a -= a_slots[slot]
+                    b -= b_slots[slot]
+                    a_slots[slot] = b_slots[slot] = 0
+            self._a_before, self._b_before = a, b
+            self._current = current = now
+        elif now < current:
+            self._shift += current - now
+        span = None
+        if type(seconds) is float:
+            span = self.slicing.slice_span(current - self._shift)
+        start, end = span if span is not None else _NO_SPAN
+        return a, b, start, end
+
+
 def budget_terms(ratio: object, min_per_second: object, ttl: object) -> BudgetTerms:
     """Validate a budget's parameters and turn them into exact integer :class:`BudgetTerms`.
 
@@ -510,18 +574,13 @@ class RetryBudget(BudgetParameters, BudgetHooks):
     """Whether :meth:`try_withdraw` must be awaited (never, for this budget)."""
 
     __slots__ = (
-        "_current",
-        "_deposit_slots",
         "_deposits",
-        "_deposits_before",
         "_end",
         "_lock",
-        "_shift",
+        "_ring",
         "_start",
         "_terms",
-        "_withdrawal_slots",
         "_withdrawals",
-        "_withdrawals_before",
         "name",
         "observers",
     )
@@ -539,17 +598,9 @@ class RetryBudget(BudgetParameters, BudgetHooks):
         self.name = _check_name(name)
         self.observers = observers_of(observers)
         self._lock = threading.Lock()
-        # A ring of SLICES slots; slot s % SLICES holds the counts of slice s, for the
-        # SLICES - 1 slices before the current one (the current slice's slot is written
-        # when the slice ends).
-        self._deposit_slots = [0] * SLICES
-        self._withdrawal_slots = [0] * SLICES
+        self._ring = CountRing(self._terms)  # expires the counts older than the window
         self._deposits = 0  # totals over the window, the current slice included
         self._withdrawals = 0
-        self._deposits_before = 0  # the totals when the current slice began
-        self._withdrawals_before = 0
-        self._current: int | None = None  # the latest slice seen
-        self._shift = 0  # added to every slice index: a clock read earlier stands still
         # The monotonic instants of the current slice: start <= t < end (none yet).
         self._start, self._end = math.inf, -math.inf
 
@@ -564,37 +615,9 @@ class RetryBudget(BudgetParameters, BudgetHooks):
 
     def _roll(self, seconds: float) -> None:
         """Bring the window to the instant ``seconds``, outside the current slice (locked)."""
-        now = self._terms.slice_of(seconds) + self._shift
-        current = self._current
-        if current is None:
-            self._current = current = now
-        elif now > current:
-            deposits, withdrawals = self._deposit_slots, self._withdrawal_slots
-            if now - current >= SLICES:
-                deposits[:] = [0] * SLICES
-                withdrawals[:] = [0] * SLICES
-                self._deposits = self._withdrawals = 0
-            else:
-                slot = current % SLICES  # the current slice ends: its counts go to its slot
-                deposits[slot] = self._deposits - self._deposits_before
-                withdrawals[slot] = self._withdrawals - self._withdrawals_before
-                # Slices current+1 .. now take the slots of slices SLICES earlier: expired.
-                for index in range(current + 1, now + 1):
-                    slot = index % SLICES
-                    self._deposits -= deposits[slot]
-                    self._withdrawals -= withdrawals[slot]
-                    deposits[slot] = withdrawals[slot] = 0
-            self._deposits_before, self._withdrawals_before = self._deposits, self._withdrawals
-            self._current = current = now
-        elif now < current:
-            self._shift += current - now
-        # The instants of the current slice, so that the calls inside it skip this. Only from a
-        # float (time.monotonic() returns one): an instant of another type, from a test clock,
-        # leaves the skip off until a float is read.
-        span = None
-        if type(seconds) is float:
-            span = self._terms.slice_span(current - self._shift)
-        self._start, self._end = span if span is not None else (math.inf, -math.inf)
+        self._deposits, self._withdrawals, self._start, self._end = self._ring.roll(
+            seconds, self._deposits, self._withdrawals
+        )
 
     # -- the interface ----------------------------------------------------------------------
 

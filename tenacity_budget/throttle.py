@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, SupportsFloat
 
 from ._validate import seconds
-from .retry_budget import SLICES, _check_name, slicing
+from .retry_budget import CountRing, _check_name, slicing
 
 __all__ = ["default_rejected"]  # AdaptiveThrottle is the package's (tenacity_budget)
 
@@ -119,19 +119,14 @@ class AdaptiveThrottle:
     """
 
     __slots__ = (
-        "_accept_slots",
         "_accepts",
-        "_accepts_before",
-        "_current",
         "_end",
         "_hooks",
         "_lock",
         "_random",
         "_rejected",
-        "_request_slots",
         "_requests",
-        "_requests_before",
-        "_shift",
+        "_ring",
         "_slicing",
         "_start",
         "k",
@@ -161,17 +156,10 @@ class AdaptiveThrottle:
         self.observers = tuple(observers)
         self._random = _check_rng(rng).random
         self._lock = threading.Lock()
-        # A ring of SLICES slots, as in RetryBudget: slot s % SLICES holds the counts of
-        # slice s for the SLICES - 1 slices before the current one.
-        self._request_slots = [0] * SLICES
-        self._accept_slots = [0] * SLICES
+        self._ring = CountRing(self._slicing)  # expires the counts older than the window
         self._requests = 0  # totals over the window, the current slice included
         self._accepts = 0
-        self._requests_before = 0  # the totals when the current slice began
-        self._accepts_before = 0
-        self._current: int | None = None
-        self._shift = 0  # added to every slice index: a clock read earlier stands still
-        self._start, self._end = math.inf, -math.inf
+        self._start, self._end = math.inf, -math.inf  # the current slice's instants (none yet)
 
     def __repr__(self) -> str:
         return f"AdaptiveThrottle(k={self.k!r}, window={self.window!r}, name={self.name!r})"
@@ -180,31 +168,9 @@ class AdaptiveThrottle:
 
     def _roll(self, seconds: float) -> None:
         """Bring the window to the instant ``seconds``, outside the current slice (locked)."""
-        now = self._slicing.slice_of(seconds) + self._shift
-        current = self._current
-        if current is None:
-            self._current = current = now
-        elif now > current:
-            requests, accepts = self._request_slots, self._accept_slots
-            if now - current >= SLICES:
-                requests[:] = [0] * SLICES
-                accepts[:] = [0] * SLICES
-                self._requests = self._accepts = 0
-            else:
-                slot = current % SLICES  # the current slice ends: its counts go to its slot
-                requests[slot] = self._requests - self._requests_before
-                accepts[slot] = self._accepts - self._accepts_before
-                for index in range(current + 1, now + 1):  # slots SLICES slices old: expired
-                    slot = index % SLICES
-                    self._requests -= requests[slot]
-                    self._accepts -= accepts[slot]
-                    requests[slot] = accepts[slot] = 0
-            self._requests_before, self._accepts_before = self._requests, self._accepts
-            self._current = current = now
-        elif now < current:
-            self._shift += current - now
-        span = self._slicing.slice_span(current - self._shift) if type(seconds) is float else None
-        self._start, self._end = span if span is not None else (math.inf, -math.inf)
+        self._requests, self._accepts, self._start, self._end = self._ring.roll(
+            seconds, self._requests, self._accepts
+        )
 
     def _counts(self) -> tuple[int, int]:
         """``(requests, accepts)`` over the window as of now (locked)."""

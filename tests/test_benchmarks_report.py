@@ -102,3 +102,56 @@ def test_the_overhead_limits_are_those_overhead_py_judges_by() -> None:
     assert rendered == {
         (section, name): limit for section, table in limits.items() for name, limit in table.items()
     }
+
+
+# -- the overload scenario (section 10) --------------------------------------------------------
+
+
+def _run(fewer: float, goodput: float) -> dict[str, Any]:
+    return {"fewer_rejected": fewer, "goodput_ratio": goodput}
+
+
+def test_the_overload_goals_are_judged_on_their_side_of_each_limit() -> None:
+    from benchmarks.overload import goals
+
+    k2, both = (
+        "throttle k=2: >= 80% fewer rejected at goodput >= 0.98x",
+        "throttle + budget: >= 90% fewer rejected",
+    )
+    shared = "shared throttle k=2 (Redis): >= 80% fewer rejected at goodput >= 0.98x"
+    met = goals({"policy+throttle k=2": _run(0.8, 0.98), "policy+throttle+budget": _run(0.9, 0)})
+    assert met == {k2: True, both: True}  # no shared throttle in the run: no verdict on it
+    short = goals(
+        {
+            "policy+throttle k=2": _run(0.81, 0.979),
+            "policy+throttle+budget": _run(0.899, 2),
+            "policy+redis-throttle k=2": _run(0.799, 1.5),
+        }
+    )
+    assert short == {k2: False, both: False, shared: False}
+
+
+def test_the_real_overload_block_follows_the_results(results: dict[str, dict[str, Any]]) -> None:
+    data = copy.deepcopy(results["overload"])
+    real = data["real"]
+    body = report._overload_real(data)
+    p = real["params"]
+    assert body.startswith(f"{p['processes']} client processes, ")
+    for candidate in real["candidates"].values():
+        assert f"| {candidate['label']} | {candidate['rejected_attempts']:,} |" in body
+    for goal, met in real["goals"].items():
+        assert f"- {goal}: **{'met' if met else 'not met'}**" in body
+    assert body.count("**met**") == sum(real["goals"].values())
+    real["goals"] = dict.fromkeys(real["goals"], False)
+    assert report._overload_real(data).count("**not met**") == len(real["goals"])
+    skipped = {**data, "real": {"skipped": "no redis-server on PATH"}}
+    assert report._overload_real(skipped) == "Not measured: no redis-server on PATH.\n"
+
+
+def test_the_real_overload_figure_is_drawn_only_once_measured(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    data = results["overload"]
+    assert set(report.overload_figures(data)) == {"overload.svg", "overload-real.svg"}
+    skipped = {**data, "real": {"skipped": "not run"}}
+    assert set(report.overload_figures(skipped)) == {"overload.svg"}

@@ -39,9 +39,11 @@ from tenacity_budget.retry_budget import (
     Budget,
     BudgetHooks,
     BudgetTerms,
+    CountRing,
     RetryBudget,
     async_stop_retry_budget,
     budget_terms,
+    slicing,
     stop_retry_budget,
 )
 from tenacity_budget.testing import VirtualClock, virtual_clock
@@ -550,6 +552,35 @@ def test_the_roll_is_skipped_exactly_while_the_clock_stays_in_the_slice(
     assert slow._start == math.inf  # the reference never skipped
     if steps:
         assert skipped  # and the budget under test did, after each step's first call
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    window=st.sampled_from([1.0, 2.5, 10.0, 7.3, 0.0003, 120.0]),
+    start=st.integers(0, 2**40),
+    steps=st.lists(
+        st.tuples(st.integers(0, 3_000_000), st.integers(0, 3), st.integers(0, 3)), max_size=60
+    ),
+)
+def test_the_count_ring_keeps_exactly_the_counts_of_the_last_slices(
+    window: float, start: int, steps: list[tuple[int, int, int]]
+) -> None:
+    # The ring a RetryBudget and an AdaptiveThrottle share, against a model: on a clock
+    # that never goes back, the totals are the counts added in the last SLICES slices.
+    ring = CountRing(slicing(window, "window"))
+    micros = start
+    a = b = 0
+    added: list[tuple[int, int, int]] = []  # (slice, a, b)
+    for step, da, db in steps:
+        micros += step
+        now = micros / 1_000_000
+        index = ring.slicing.slice_of(now)
+        a, b, begin, end = ring.roll(now, a, b)
+        assert begin <= now < end  # the span the owner skips the roll in holds the instant
+        a, b = a + da, b + db
+        added.append((index, da, db))
+        kept = [(x, y) for s, x, y in added if s > index - SLICES]
+        assert (a, b) == (sum(x for x, _ in kept), sum(y for _, y in kept))
 
 
 # -- concurrency ---------------------------------------------------------------------------
