@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import tenacity
 from tenacity import RetryCallState, RetryError
@@ -328,13 +328,7 @@ class BudgetedRetry:
             assert record is not None
             record.reason = StopReason.THROTTLED
             rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
-            outcome = tenacity.Future.construct(1, rejection, True)
-            tag(outcome, record)
-            report = record.report(rejection)
-            self._exhausted(name, report)
-            if self._reraise:
-                raise rejection
-            raise self._error(outcome, report) from rejection
+            self._end_outside(name, horizon, rejection, 1)
         if self.budget is not None:
             self.budget.deposit()
 
@@ -395,17 +389,27 @@ class BudgetedRetry:
         else:
             _observe_unstarted(record, time.monotonic() - started)
         record.reason = exc.reason
-        if not record.resolved:  # cut before the stop was first asked: its deadlines now
+        timeout = exc.__cause__ if exc.__cause__ is not None else exc
+        self._end_outside(name, horizon, timeout, record.attempts)
+
+    def _end_outside(
+        self, name: str, horizon: Horizon, error: BaseException, attempt_number: int
+    ) -> NoReturn:
+        """End a run outside tenacity's loop (its reason already recorded): the report, the
+        observers and ``on_exhausted``, then :class:`BudgetExhausted` (or ``error`` itself
+        with ``reraise``), its ``last_attempt`` holding ``error``."""
+        record = horizon.run
+        assert record is not None
+        if not record.resolved:  # ended before the stop was first asked: its deadlines now
             outer = horizon.outer.deadline() if horizon.outer is not None else None
             record.deadline = earliest(self._fixed_deadline, outer)
-        timeout = exc.__cause__ if exc.__cause__ is not None else exc
-        outcome = tenacity.Future.construct(record.attempts, timeout, True)
+        outcome = tenacity.Future.construct(attempt_number, error, True)
         tag(outcome, record)
-        report = record.report(timeout)
+        report = record.report(error)
         self._exhausted(name, report)
         if self._reraise:
-            raise timeout
-        raise self._error(outcome, report) from timeout
+            raise error
+        raise self._error(outcome, report) from error
 
     # -- decoration -----------------------------------------------------------------------
 

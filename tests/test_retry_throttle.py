@@ -166,3 +166,22 @@ async def test_async_and_hard_deadline_runs_ask_and_record_too(
 def test_a_throttle_of_the_wrong_kind_is_refused_at_decoration() -> None:
     with pytest.raises(TypeError, match="throttle must be an adaptive throttle"):
         POLICY.retry(throttle=object())
+
+
+def test_a_rejected_first_attempt_reports_the_runs_deadline(virtual_clock: VirtualClock) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tenacity_budget import deadline_scope
+
+    deadline = datetime.now(UTC) + timedelta(seconds=30)
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=60, jitter="none", deadline=deadline)
+
+    @policy.retry(throttle=Scripted([False]))
+    def call() -> None: ...
+
+    with pytest.raises(BudgetExhausted) as caught:
+        call()
+    assert caught.value.report.deadline == deadline
+    with deadline_scope(5), pytest.raises(BudgetExhausted) as scoped:
+        policy.retry(throttle=Scripted([False]))(call)()
+    assert scoped.value.report.deadline == datetime.now(UTC) + timedelta(seconds=5)
