@@ -81,6 +81,14 @@ async def session(**options: Any) -> AsyncIterator[aiohttp.ClientSession]:
         assert not connector._acquired, "a loser's connection is still in use"
 
 
+async def fetch(
+    client: aiohttp.ClientSession, url: str, method: str = "GET", **kwargs: Any
+) -> tuple[int, str]:
+    """The status and text of one request."""
+    async with client.request(method, url, **kwargs) as response:
+        return response.status, await response.text()
+
+
 def simulate(main: Callable[[], Awaitable[T]]) -> T:
     async def run() -> T:
         return await main()
@@ -101,7 +109,7 @@ def closed_port() -> int:
 
 
 def test_hedge_must_be_a_hedge() -> None:
-    with pytest.raises(TypeError, match="hedge must be a tenacity_budget.Hedge"):
+    with pytest.raises(TypeError, match=r"hedge must be a tenacity_budget\.Hedge"):
         budget_middleware(POLICY, hedge=0.05)
     middleware = budget_middleware(POLICY, hedge=Hedge(0.05))
     assert isinstance(middleware.hedge, Hedge)
@@ -132,8 +140,7 @@ def test_a_first_answer_within_the_delay_sends_no_hedge() -> None:
 
     async def main() -> str:
         async with serving(server) as url, session(hedge=Hedge(0.05)) as client:
-            async with client.get(url) as response:
-                return await response.text()
+            return (await fetch(client, url))[1]
 
     assert simulate(main) == "slow"
     assert len(server.seen) == 1
@@ -144,8 +151,7 @@ def test_a_non_idempotent_method_is_never_hedged() -> None:
 
     async def main() -> str:
         async with serving(server) as url, session(hedge=Hedge(0.05)) as client:
-            async with client.post(url, data=b"x") as response:
-                return await response.text()
+            return (await fetch(client, url, "POST", data=b"x"))[1]
 
     assert simulate(main) == "slow"  # waited for it: nothing was sent beside it
     assert [method for _, method, _ in server.seen] == ["POST"]
@@ -163,8 +169,7 @@ def test_a_put_with_a_body_of_bytes_is_hedged_with_the_same_body() -> None:
 
     async def main() -> str:
         async with serving(server) as url, session(hedge=Hedge(0.05)) as client:
-            async with client.put(url, data=b"payload") as response:
-                return await response.text()
+            return (await fetch(client, url, "PUT", data=b"payload"))[1]
 
     assert simulate(main) == "fast"
     assert bodies == [b"payload", b"payload"]
@@ -178,8 +183,7 @@ def test_a_retryable_status_sends_the_next_hedge_at_once() -> None:
 
     async def main() -> tuple[int, str]:
         async with serving(server) as url, session(hedge=Hedge(1.0, max_attempts=3)) as client:
-            async with client.get(url) as response:
-                return response.status, await response.text()
+            return await fetch(client, url)
 
     assert simulate(main) == (200, "fast")
     assert server.instants == [0.0, 0.0]  # no delay waited after a non-fatal failure
@@ -190,8 +194,7 @@ def test_spent_on_a_status_the_last_response_is_returned() -> None:
 
     async def main() -> tuple[int, str]:
         async with serving(server) as url, session(hedge=Hedge(1.0, max_attempts=3)) as client:
-            async with client.get(url) as response:
-                return response.status, await response.text()
+            return await fetch(client, url)
 
     assert simulate(main) == (503, "fast")
     assert len(server.seen) == 3  # max_attempts, the first included
@@ -254,8 +257,8 @@ def test_every_hedge_withdraws_from_the_retry_budget(ratio: float, sent: int) ->
 
     async def main() -> tuple[str, float]:
         async with serving(server) as url, session(hedge=Hedge(0.05), budget=budget) as client:
-            async with client.get(url) as response:
-                return await response.text(), budget.balance  # read on the virtual clock
+            text = (await fetch(client, url))[1]
+            return text, budget.balance  # read on the virtual clock
 
     text, balance = simulate(main)
     assert text == ("slow" if sent == 1 else "fast")
@@ -269,8 +272,7 @@ def test_hedging_pauses_while_the_throttle_rejects_anything() -> None:
 
     async def main() -> str:
         async with serving(server) as url, session(hedge=Hedge(0.05), throttle=throttle) as client:
-            async with client.get(url) as response:
-                return await response.text()
+            return (await fetch(client, url))[1]
 
     assert simulate(main) == "slow"
     assert len(server.seen) == 1
@@ -284,8 +286,7 @@ def test_a_throttle_at_zero_admits_the_hedge_and_records_every_outcome() -> None
 
     async def main() -> str:
         async with serving(server) as url, session(hedge=Hedge(0.05), throttle=throttle) as client:
-            async with client.get(url) as response:
-                return await response.text()
+            return (await fetch(client, url))[1]
 
     assert simulate(main) == "fast"
     assert throttle.admitted == 2
