@@ -1,9 +1,8 @@
 """What the HTTP clients share: the rule of which failed attempts are retried
 (:func:`retry_cures`), a run's horizon and the wait its outcome dictates, errors of a
 client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`, the async
-hard stop's one timer per event loop (:class:`Watchdog`), the ``throttle=`` and
-``hedge=`` options and the hedged run of one request (:func:`hedged_request`).
-See docs/cookbook.md and docs/hedging.md ("HTTP clients").
+hard stop's one timer per event loop (:class:`Watchdog`), and the ``throttle=`` option
+(:func:`check_throttle`, a rejected first attempt's report). See docs/cookbook.md.
 """
 
 from __future__ import annotations
@@ -12,20 +11,16 @@ import asyncio
 import math
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenacity import Future
 
-from .context import Horizon, _frame, ambient_deadline, current_horizon, earliest
+from .context import Horizon, ambient_deadline, current_horizon, earliest
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import retry_after
 from .strategies import reads_results
-
-if TYPE_CHECKING:
-    from .hedge import Hedge, HedgedOutcome
-    from .policy import BackoffPolicy
 
 
 def retry_cures(
@@ -268,11 +263,10 @@ def host_throttle(of: Callable[[str], Any], host: str | None) -> Any:
     return throttle
 
 
-def rejected_first(
-    throttle: Any, policy: BackoffPolicy, started: float
-) -> tuple[Throttled, BudgetExhausted]:
+def rejected_first(throttle: Any, policy: Any, started: float) -> tuple[Throttled, BudgetExhausted]:
     """The rejection of a first attempt the throttle refused, and the ``BudgetExhausted``
-    (reason ``throttled``, 0 attempts: nothing was sent) a client's error is made from."""
+    (reason ``throttled``, 0 attempts: nothing was sent) a client's error is made from;
+    ``policy`` is the client's :class:`~tenacity_budget.BackoffPolicy`."""
     rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
     report = ExhaustionReport(
         attempts=0,
@@ -285,92 +279,3 @@ def rejected_first(
         last_exception=rejection,
     )
     return rejection, BudgetExhausted(Future.construct(1, rejection, True), report)
-
-
-# -- hedge= -------------------------------------------------------------------------------
-
-
-def check_hedge(hedge: Any, non_fatal: Callable[[object], bool]) -> ClientHedge | None:
-    """A client's ``hedge=`` (``None``, or a :class:`~tenacity_budget.Hedge`) as the engine
-    runs it, with the client's ``non_fatal`` rule unless the hedge has its own.
-
-    Raises:
-        TypeError: for anything else.
-    """
-    if hedge is None:
-        return None
-    from .hedge import Hedge  # the engine is imported only where hedge= is given
-
-    if not isinstance(hedge, Hedge):
-        raise TypeError(f"hedge must be a tenacity_budget.Hedge, got {type(hedge).__name__}")
-    return ClientHedge(hedge, non_fatal)
-
-
-class ClientHedge:
-    """A :class:`~tenacity_budget.Hedge` as a client runs it: the hedge's delay, count and
-    learned latencies, and the client's non-fatal rule (its ``retry_statuses`` and the
-    transport errors :func:`retry_cures` retries) unless the hedge was given its own."""
-
-    __slots__ = ("hedge", "max_attempts", "non_fatal", "sketch")
-
-    def __init__(self, hedge: Hedge, non_fatal: Callable[[object], bool]) -> None:
-        from .hedge import non_fatal as default
-
-        self.hedge = hedge
-        self.max_attempts = hedge.max_attempts
-        self.sketch = hedge.sketch
-        self.non_fatal = non_fatal if hedge.non_fatal is default else hedge.non_fatal
-
-    def delay_now(self) -> float:
-        """The hedge's delay as of now (:meth:`Hedge.delay_now`)."""
-        return self.hedge.delay_now()
-
-
-async def hedged_request(
-    hedge: ClientHedge,
-    attempt: Callable[[Horizon], Awaitable[Any]],
-    policy: BackoffPolicy,
-    deadline_ts: float,
-    *,
-    budget: Any,
-    throttle: Any,
-    release: Callable[[Any], Any],
-) -> tuple[HedgedOutcome[Any], ExhaustionReport | None]:
-    """One request's hedged run by the engine, in the run's frame; its report if it gave up.
-
-    The frame ends ``policy.max_elapsed`` from now and at ``deadline_ts`` (epoch seconds),
-    within every enclosing one; ``attempt(frame)`` sends one attempt (the frame says the
-    time left). The throttle and the retry budget are asked by the engine.
-    """
-    from .hedge._engine import run_hedged
-
-    started = time.monotonic()
-    outer = current_horizon()
-    horizon = Horizon(outer, started + policy.max_elapsed, deadline_ts)
-    with _frame(horizon):
-        outcome = await run_hedged(
-            hedge,
-            lambda: attempt(horizon),
-            horizon=horizon,
-            estimate=policy.attempt_duration,
-            max_elapsed=policy.max_elapsed,
-            started=started,
-            budget=budget,
-            throttle=throttle,
-            release=release,
-        )
-        if outcome.reason is None:
-            return outcome, None
-        report = ExhaustionReport(
-            attempts=outcome.attempts,
-            affordable=hedge.max_attempts - 1,
-            slept=0.0,
-            elapsed=outcome.elapsed,
-            budget=policy.max_elapsed,
-            deadline=earliest(policy.deadline, None if outer is None else outer.deadline()),
-            reason=outcome.reason,
-            last_exception=outcome.exception,
-            hedges=outcome.hedges,
-            hedges_won=outcome.hedges_won,
-        )
-    return outcome, report

@@ -30,13 +30,11 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
     ) from exc
 
+from ._client_hedge import ClientHedge, check_hedge, hedged_request
 from ._clients import (
-    ClientHedge,
     Watchdog,
-    check_hedge,
     check_throttle,
     exhausted,
-    hedged_request,
     host_throttle,
     outcome_hint,
     rejected_first,

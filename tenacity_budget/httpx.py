@@ -31,12 +31,10 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
+from ._client_hedge import ClientHedge, check_hedge, hedged_request
 from ._clients import (
-    ClientHedge,
     Watchdog,
-    check_hedge,
     check_throttle,
-    hedged_request,
     host_throttle,
     rejected_first,
     retry_cures,
