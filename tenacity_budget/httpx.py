@@ -930,6 +930,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         self._bare = type(self.transport) is httpx.AsyncHTTPTransport
         self._watchdog: Watchdog | None = None  # the hard stop's timer, per event loop
         statuses = config.retry_statuses
+        self.hedge = hedge  # as given; the engine runs _hedge
         self._hedge: ClientHedge | None = check_hedge(
             hedge,
             lambda outcome: (

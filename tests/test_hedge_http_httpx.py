@@ -112,6 +112,8 @@ def test_the_sync_transport_refuses_a_hedge_saying_why() -> None:
 def test_hedge_must_be_a_hedge() -> None:
     with pytest.raises(TypeError, match=r"hedge must be a tenacity_budget\.Hedge"):
         AsyncBudgetTransport(POLICY, hedge="p95")
+    hedge = Hedge(0.05)
+    assert AsyncBudgetTransport(POLICY, hedge=hedge).hedge is hedge
 
 
 # -- on the virtual clock ----------------------------------------------------------------------
