@@ -146,6 +146,7 @@ class BudgetMiddleware:
         self.throttle = throttle
         self._throttle, self._throttle_of = check_throttle(throttle)
         self.hedge = hedge
+        self._gated = throttle is not None or hedge is not None
         statuses = self.retry_statuses
         self._hedge: ClientHedge | None = check_hedge(
             hedge,
@@ -177,49 +178,63 @@ class BudgetMiddleware:
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
+        if self._gated:  # a throttle or a hedge: one check on the hot path
+            return await self._gate(request, handler)
+        return await self._send(request, handler, time.monotonic(), None)
+
+    async def _gate(
+        self, request: aiohttp.ClientRequest, handler: Handler
+    ) -> aiohttp.ClientResponse:
+        """A request's run with a throttle or a hedge: hedged (an idempotent method, a body
+        of bytes), or sent as without once the throttle admits its first attempt."""
         started = time.monotonic()
-        throttle = None
-        if self.throttle is not None:
-            throttle = self._throttle_for(request)
+        throttle = self._throttle_for(request)
         if self._hedge is not None and self._retries(request):
             return await self._hedged(request, handler, self._hedge, throttle)
         if throttle is not None and admit(throttle.admit) is not None:
             self._reject(throttle, started)
+        return await self._send(request, handler, started, throttle)
+
+    async def _send(
+        self, request: aiohttp.ClientRequest, handler: Handler, started: float, throttle: Any
+    ) -> aiohttp.ClientResponse:
+        """The run of ``request`` from its first attempt, admitted (``throttle`` is told)."""
         horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
-        left = time_left(horizon, self.policy.max_elapsed)
+        first = await self._first(request, handler, time_left(horizon, self.policy.max_elapsed))
+        if throttle is not None and not isinstance(first, _Unanswered):
+            throttle.record(first)
+        if isinstance(first, Exception):
+            if not _retryable(first) or not self._retries(request):
+                if self.budget is not None:
+                    await self._deposit()
+                raise first
+        elif first.status not in self.retry_statuses or not self._retries(request):
+            if self.budget is not None:
+                await self._deposit()
+            return first
+        frame = retry_frame(horizon, started, self.policy.max_elapsed)
+        return await self._enter(_Call(request, handler, first, throttle), frame)
+
+    async def _first(
+        self, request: aiohttp.ClientRequest, handler: Handler, left: float
+    ) -> aiohttp.ClientResponse | Exception:
+        """The first attempt, with ``left`` seconds: its response, or the error it raised
+        (an :class:`_Unanswered` one where the hard stop cut it: no answer to record)."""
         watchdog, task = self._admit(request, left)
-        failure: Exception | None = None
         try:
-            response = await handler(request)
+            return await handler(request)
         except asyncio.CancelledError:
             if not watchdog.cut_off(task):
                 raise
-            failure = _time_up(left)  # no answer from the server: not recorded
+            return _time_up(left)
         except Exception as exc:
-            failure = exc
-            if throttle is not None:
-                throttle.record(exc)
+            return exc
         finally:
             watchdog.unwatch(task)
-        if failure is not None:
-            if not _retryable(failure) or not self._retries(request):
-                if self.budget is not None:
-                    await self._deposit()
-                raise failure
-            frame = retry_frame(horizon, started, self.policy.max_elapsed)
-            return await self._enter(_Call(request, handler, failure, throttle), frame)
-        if throttle is not None:
-            throttle.record(response)
-        if response.status in self.retry_statuses and self._retries(request):
-            frame = retry_frame(horizon, started, self.policy.max_elapsed)
-            return await self._enter(_Call(request, handler, response, throttle), frame)
-        if self.budget is not None:
-            await self._deposit()
-        return response
 
     def _throttle_for(self, request: aiohttp.ClientRequest) -> Any:
-        """The throttle of ``request``: the middleware's, or its host's."""
-        if self._throttle is not None:
+        """The throttle of ``request``: the middleware's, or its host's (``None``: none)."""
+        if self.throttle is None or self._throttle is not None:
             return self._throttle
         assert self._throttle_of is not None
         return host_throttle(self._throttle_of, request.url.host)
@@ -386,11 +401,14 @@ def _rejected(rejection: Throttled, spent: BudgetExhausted) -> BaseException:
     return exhausted(aiohttp.ClientConnectionError(str(rejection)), spent)
 
 
+class _Unanswered(aiohttp.ServerTimeoutError):
+    """The error of an attempt the hard stop cut: aiohttp's own kind of timeout (the server
+    gave no answer: a throttle is not told)."""
+
+
 def _time_up(left: float) -> aiohttp.ServerTimeoutError:
     """The error of an attempt the hard stop cut: aiohttp's own kind of timeout."""
-    return aiohttp.ServerTimeoutError(
-        f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s"
-    )
+    return _Unanswered(f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s")
 
 
 def budget_middleware(
