@@ -1,8 +1,8 @@
 """What the HTTP clients share: the rule of which failed attempts are retried
 (:func:`retry_cures`), a run's horizon and the wait its outcome dictates, errors of a
-client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`,
-and the async hard stop's one timer per event loop (:class:`Watchdog`).
-See docs/cookbook.md.
+client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`, the async
+hard stop's one timer per event loop (:class:`Watchdog`), and the ``throttle=`` option
+(:func:`check_throttle`, a rejected first attempt's report). See docs/cookbook.md.
 """
 
 from __future__ import annotations
@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import math
 import ssl
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from tenacity import Future
 
-from .context import Horizon, current_horizon
-from .exhaustion import BudgetExhausted, ExhaustionReport
+from .context import Horizon, ambient_deadline, current_horizon, earliest
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import retry_after
 from .strategies import reads_results
 
@@ -229,3 +231,51 @@ class Watchdog:
                 earliest = end
         self.when = earliest
         self.timer = None if earliest == math.inf else self.loop.call_at(earliest, self._fire)
+
+
+# -- throttle= ----------------------------------------------------------------------------
+
+
+def check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
+    """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
+    callable mapping a request's host to its throttle: every client's ``throttle=``.
+
+    Raises:
+        TypeError: for anything else (saying what a throttle is).
+    """
+    if throttle is None or all(
+        callable(getattr(throttle, name, None)) for name in ("admit", "record")
+    ):
+        return throttle, None
+    if callable(throttle):
+        return None, throttle
+    raise TypeError(
+        "throttle must be an adaptive throttle (AdaptiveThrottle: admit(), record()) or a "
+        f"callable mapping a request's host to one, got {type(throttle).__name__}"
+    )
+
+
+def host_throttle(of: Callable[[str], Any], host: str | None) -> Any:
+    """The throttle a ``throttle=`` callable maps ``host`` to (checked: an adaptive one)."""
+    throttle, nested = check_throttle(of(host or ""))
+    if throttle is None or nested is not None:
+        raise TypeError("the throttle callable must return an AdaptiveThrottle")
+    return throttle
+
+
+def rejected_first(throttle: Any, policy: Any, started: float) -> tuple[Throttled, BudgetExhausted]:
+    """The rejection of a first attempt the throttle refused, and the ``BudgetExhausted``
+    (reason ``throttled``, 0 attempts: nothing was sent) a client's error is made from;
+    ``policy`` is the client's :class:`~tenacity_budget.BackoffPolicy`."""
+    rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
+    report = ExhaustionReport(
+        attempts=0,
+        affordable=policy.max_attempts(),
+        slept=0.0,
+        elapsed=time.monotonic() - started,
+        budget=policy.max_elapsed,
+        deadline=earliest(ambient_deadline(), policy.deadline),
+        reason=StopReason.THROTTLED,
+        last_exception=rejection,
+    )
+    return rejection, BudgetExhausted(Future.construct(1, rejection, True), report)

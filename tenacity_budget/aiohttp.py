@@ -2,22 +2,25 @@
 
 ``aiohttp.ClientSession(middlewares=(budget_middleware(policy),))`` (aiohttp >= 3.12)
 sends each request as one budgeted run of the policy, with the semantics of
-:mod:`tenacity_budget.httpx`'s transports; every attempt is cancelled when the run's time
-is up, and the errors it raises stay aiohttp's (``ClientConnectionError``,
-``ServerTimeoutError``). :func:`tenacity_budget.http.retry_after` reads aiohttp's
-``ClientResponseError`` too. Needs the ``aiohttp`` extra; the guide is docs/cookbook.md.
+:mod:`tenacity_budget.httpx`'s transports (an adaptive throttle and hedging included);
+every attempt is cancelled when the run's time is up, and the errors it raises stay
+aiohttp's (``ClientConnectionError``, ``ServerTimeoutError``).
+:func:`tenacity_budget.http.retry_after` reads aiohttp's ``ClientResponseError`` too.
+Needs the ``aiohttp`` extra; the guides are docs/cookbook.md and docs/hedging.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from tenacity import retry_if_exception, retry_if_result
+from tenacity import Future, retry_if_exception, retry_if_result
 
 try:  # the real library: an absolute import, never this module
     import aiohttp
@@ -27,17 +30,22 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
     ) from exc
 
+from ._client_hedge import ClientHedge, check_hedge, hedged_request
 from ._clients import (
     Watchdog,
+    check_throttle,
     exhausted,
+    host_throttle,
     outcome_hint,
+    rejected_first,
     retry_cures,
     retry_frame,
     run_horizon,
     time_left,
 )
 from .context import _frame, remaining
-from .exhaustion import BudgetExhausted
+from .decision import admit
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import _check_methods, _check_statuses, _deadline_senders
 from .http import retry_after as retry_after  # reads ClientResponseError: said here
 
@@ -66,21 +74,51 @@ def _replayable(body: object) -> bool:
 
 
 class _Call:
-    """One request's run: the request, the next handler, the latest response."""
+    """One request's run: the request, the next handler, the latest response, its throttle."""
 
-    __slots__ = ("first", "handler", "received", "request", "returned")
+    __slots__ = ("first", "handler", "received", "request", "returned", "throttle")
 
     def __init__(
         self,
         request: aiohttp.ClientRequest,
         handler: Handler,
         first: BaseException | aiohttp.ClientResponse,
+        throttle: Any,
     ) -> None:
         self.request = request
         self.handler = handler
         self.first: BaseException | aiohttp.ClientResponse | None = first
         self.received: aiohttp.ClientResponse | None = None
         self.returned: aiohttp.ClientResponse | None = None
+        self.throttle = throttle
+
+
+# The run in progress in this task (the throttle of policy.retry's run asks it, see _Asked).
+_RUN: ContextVar[_Call] = ContextVar("tenacity_budget.aiohttp.run")
+
+
+class _Asked:
+    """The throttle ``policy.retry``'s run of a request asks: the request's own, once per
+    attempt sent. The run replays the first attempt, which the middleware asked the
+    throttle for and recorded already: its admission is not asked again (nor counted),
+    and every outcome is recorded by the middleware, which sees which attempts were sent."""
+
+    __slots__ = ()
+
+    def admit(self) -> bool:
+        call = _RUN.get()
+        return call.first is not None or bool(call.throttle.admit())
+
+    def record(self, outcome: object) -> None:
+        """Recorded by the middleware (:meth:`BudgetMiddleware._attempt`), not here."""
+
+    @property
+    def name(self) -> str:
+        return str(getattr(_RUN.get().throttle, "name", "default"))
+
+    @property
+    def probability(self) -> float:
+        return float(_RUN.get().throttle.probability)
 
 
 class BudgetMiddleware:
@@ -94,6 +132,8 @@ class BudgetMiddleware:
         deadline_header: str | None,
         deadline_headers: Iterable[str] | None,
         budget: Any,
+        throttle: Any = None,
+        hedge: Any = None,
     ) -> None:
         from .policy import BackoffPolicy
 
@@ -103,12 +143,25 @@ class BudgetMiddleware:
         self.retry_statuses = _check_statuses(retry_statuses)
         self.methods = _check_methods(methods)
         self.budget = budget
+        self.throttle = throttle
+        self._throttle, self._throttle_of = check_throttle(throttle)
+        self.hedge = hedge
+        self._gated = throttle is not None or hedge is not None
+        statuses = self.retry_statuses
+        self._hedge: ClientHedge | None = check_hedge(
+            hedge,
+            lambda outcome: (
+                _retryable(outcome)
+                if isinstance(outcome, BaseException)
+                else isinstance(outcome, aiohttp.ClientResponse) and outcome.status in statuses
+            ),
+        )
         self._senders = _deadline_senders(deadline_header, deadline_headers)
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
-        statuses = self.retry_statuses
         # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
             budget=budget,
+            throttle=None if throttle is None else _Asked(),
             retry=retry_if_result(lambda response: response.status in statuses)
             | retry_if_exception(_retryable),
             retry_after=outcome_hint,
@@ -125,34 +178,125 @@ class BudgetMiddleware:
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
+        if self._gated:  # a throttle or a hedge: one check on the hot path
+            return await self._gate(request, handler)
+        return await self._send(request, handler, time.monotonic(), None)
+
+    async def _gate(
+        self, request: aiohttp.ClientRequest, handler: Handler
+    ) -> aiohttp.ClientResponse:
+        """A request's run with a throttle or a hedge: hedged (an idempotent method, a body
+        of bytes), or sent as without once the throttle admits its first attempt."""
         started = time.monotonic()
+        throttle = self._throttle_for(request)
+        if self._hedge is not None and self._retries(request):
+            return await self._hedged(request, handler, self._hedge, throttle)
+        if throttle is not None and admit(throttle.admit) is not None:
+            self._reject(throttle, started)
+        return await self._send(request, handler, started, throttle)
+
+    async def _send(
+        self, request: aiohttp.ClientRequest, handler: Handler, started: float, throttle: Any
+    ) -> aiohttp.ClientResponse:
+        """The run of ``request`` from its first attempt, admitted (``throttle`` is told)."""
         horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
-        left = time_left(horizon, self.policy.max_elapsed)
+        first = await self._first(request, handler, time_left(horizon, self.policy.max_elapsed))
+        if throttle is not None and not isinstance(first, _Unanswered):
+            throttle.record(first)
+        if isinstance(first, Exception):
+            if not _retryable(first) or not self._retries(request):
+                if self.budget is not None:
+                    await self._deposit()
+                raise first
+        elif first.status not in self.retry_statuses or not self._retries(request):
+            if self.budget is not None:
+                await self._deposit()
+            return first
+        frame = retry_frame(horizon, started, self.policy.max_elapsed)
+        return await self._enter(_Call(request, handler, first, throttle), frame)
+
+    async def _first(
+        self, request: aiohttp.ClientRequest, handler: Handler, left: float
+    ) -> aiohttp.ClientResponse | Exception:
+        """The first attempt, with ``left`` seconds: its response, or the error it raised
+        (an :class:`_Unanswered` one where the hard stop cut it: no answer to record)."""
         watchdog, task = self._admit(request, left)
-        failure: Exception | None = None
         try:
-            response = await handler(request)
+            return await handler(request)
         except asyncio.CancelledError:
             if not watchdog.cut_off(task):
                 raise
-            failure = _time_up(left)
+            return _time_up(left)
         except Exception as exc:
-            failure = exc
+            return exc
         finally:
             watchdog.unwatch(task)
-        if failure is not None:
-            if not _retryable(failure) or not self._retries(request):
-                if self.budget is not None:
-                    await self._deposit()
-                raise failure
-            frame = retry_frame(horizon, started, self.policy.max_elapsed)
-            return await self._enter(_Call(request, handler, failure), frame)
-        if response.status in self.retry_statuses and self._retries(request):
-            frame = retry_frame(horizon, started, self.policy.max_elapsed)
-            return await self._enter(_Call(request, handler, response), frame)
-        if self.budget is not None:
-            await self._deposit()
-        return response
+
+    def _throttle_for(self, request: aiohttp.ClientRequest) -> Any:
+        """The throttle of ``request``: the middleware's, or its host's (``None``: none)."""
+        if self.throttle is None or self._throttle is not None:
+            return self._throttle
+        assert self._throttle_of is not None
+        return host_throttle(self._throttle_of, request.url.host)
+
+    def _reject(self, throttle: Any, started: float) -> NoReturn:
+        """End a request whose first attempt the throttle rejected (nothing was sent): an
+        ``aiohttp.ClientConnectionError`` that is also a ``BudgetExhausted`` (``throttled``).
+
+        aiohttp's base connection error, as for a connection that could not be used: the
+        request reached no server, so it is safe to send again for any method, and
+        ``except aiohttp.ClientConnectionError`` (or ``ClientError``) code handles it as it
+        handles an unreachable host. Not ``ClientConnectorError`` (it names an OS error of
+        a connect call that was never made), nor ``ServerConnectionError`` (no server
+        took part).
+        """
+        rejection, spent = rejected_first(throttle, self.policy, started)
+        raise _rejected(rejection, spent) from rejection
+
+    async def _hedged(
+        self,
+        request: aiohttp.ClientRequest,
+        handler: Handler,
+        hedge: ClientHedge,
+        throttle: Any,
+    ) -> aiohttp.ClientResponse:
+        """Send ``request`` as one hedged run (the engine's): the first good response wins.
+
+        Every hedge sends its own copy of ``request`` (its own headers: the deadline header
+        with its own time left); a loser is cancelled and its response released.
+        """
+        senders, sent = self._senders, [False]
+
+        async def attempt(horizon: Horizon) -> aiohttp.ClientResponse:
+            one = _copy(request) if sent[0] else request
+            sent[0] = True
+            left = horizon.left()
+            for name, format_left in senders:
+                one.headers[name] = format_left(left if left > 0.0 else 0.0)
+            return await handler(one)
+
+        outcome, report = await hedged_request(
+            hedge,
+            attempt,
+            self.policy,
+            self._deadline_ts,
+            budget=self.budget,
+            throttle=throttle,
+            release=aiohttp.ClientResponse.release,
+        )
+        if report is None:  # a good response, or a fatal error raised as it is
+            return cast(aiohttp.ClientResponse, outcome.result())
+        exc = outcome.exception
+        if exc is None:  # gave up on a status: the last response
+            return cast(aiohttp.ClientResponse, outcome.value)
+        spent = BudgetExhausted(_last_attempt(report, exc), report)
+        if isinstance(exc, Throttled):
+            raise _rejected(exc, spent) from exc
+        if isinstance(exc, TimeoutError) and report.reason in _CUT:  # the run's end
+            raise exhausted(aiohttp.ServerTimeoutError(str(exc)), spent) from exc
+        if isinstance(exc, aiohttp.ClientError):
+            raise exhausted(exc, spent) from exc
+        raise spent from exc
 
     def _retries(self, request: aiohttp.ClientRequest) -> bool:
         """Whether ``request`` may be sent again: a listed method, a body of bytes."""
@@ -184,6 +328,7 @@ class BudgetMiddleware:
 
     async def _enter(self, call: _Call, frame: Horizon) -> aiohttp.ClientResponse:
         """The budgeted run, in ``frame``, of a request whose first attempt called for a retry."""
+        run = _RUN.set(call)
         try:
             with _frame(frame):
                 call.returned = await self._retried(call)
@@ -196,13 +341,15 @@ class BudgetMiddleware:
                     raise exhausted(last, spent) from last
                 raise
         finally:
+            _RUN.reset(run)
             if call.received is not None and call.received is not call.returned:
                 call.received.release()
         assert call.returned is not None
         return call.returned
 
     async def _attempt(self, call: _Call) -> aiohttp.ClientResponse:
-        """One attempt of the run: the first one's outcome again, then real ones."""
+        """One attempt of the run: the first one's outcome again, then real ones (each
+        outcome told to the throttle, if any; a cut attempt has none)."""
         first, call.first = call.first, None
         if isinstance(first, BaseException):
             raise first
@@ -221,16 +368,47 @@ class BudgetMiddleware:
             if watchdog.cut_off(task):
                 raise _time_up(left) from None
             raise
+        except Exception as exc:
+            if call.throttle is not None:
+                call.throttle.record(exc)
+            raise
         finally:
             watchdog.unwatch(task)
+        if call.throttle is not None:
+            call.throttle.record(response)
         return response
+
+
+_CUT = (StopReason.WALL_CLOCK, StopReason.DEADLINE)
+
+
+def _copy(request: aiohttp.ClientRequest) -> aiohttp.ClientRequest:
+    """A hedge's own request: ``request`` with its own headers (the body is bytes, sent as
+    often as asked; the response and the writer are set by the hedge's own send)."""
+    one = copy.copy(request)
+    one.headers = request.headers.copy()
+    return one
+
+
+def _last_attempt(report: ExhaustionReport, exc: BaseException) -> Future:
+    """The ``last_attempt`` of a hedged run that gave up on ``exc``."""
+    return Future.construct(max(1, report.attempts), exc, True)
+
+
+def _rejected(rejection: Throttled, spent: BudgetExhausted) -> BaseException:
+    """A rejected first attempt's error: an ``aiohttp.ClientConnectionError`` that is also
+    ``spent`` (see :meth:`BudgetMiddleware._reject`)."""
+    return exhausted(aiohttp.ClientConnectionError(str(rejection)), spent)
+
+
+class _Unanswered(aiohttp.ServerTimeoutError):
+    """The error of an attempt the hard stop cut: aiohttp's own kind of timeout (the server
+    gave no answer: a throttle is not told)."""
 
 
 def _time_up(left: float) -> aiohttp.ServerTimeoutError:
     """The error of an attempt the hard stop cut: aiohttp's own kind of timeout."""
-    return aiohttp.ServerTimeoutError(
-        f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s"
-    )
+    return _Unanswered(f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s")
 
 
 def budget_middleware(
@@ -241,6 +419,8 @@ def budget_middleware(
     deadline_header: str | None = "X-Request-Timeout-Ms",
     deadline_headers: Iterable[str] | None = None,
     budget: Any = None,
+    throttle: Any = None,
+    hedge: Any = None,
 ) -> BudgetMiddleware:
     """An aiohttp client middleware sending each request as one budgeted run of ``policy``.
 
@@ -259,9 +439,24 @@ def budget_middleware(
     default is a ``TypeError``; the default itself written out (``"X-Request-Timeout-Ms"``)
     cannot be told apart and is accepted: then ``deadline_headers`` alone is sent.
 
+    ``throttle``: an adaptive throttle (``AdaptiveThrottle``, a Redis one) or a callable
+    mapping a request's host to one. Every attempt asks it (the first before the retry
+    budget's deposit; a retry after the time budget, before the retry budget) and every
+    attempt sent has its outcome recorded once. A rejected first attempt sends nothing and
+    raises an ``aiohttp.ClientConnectionError`` that is also a ``BudgetExhausted`` (reason
+    ``throttled``, 0 attempts); a rejected retry ends the run as a spent budget does.
+
+    ``hedge``: a :class:`~tenacity_budget.Hedge`: a request of the ``methods`` with a body
+    of bytes is hedged instead of retried (docs/hedging.md, "HTTP clients"): after the
+    hedge's delay without an answer the same request is sent again, the first good
+    response wins and the others are cancelled and released; non-fatal are the
+    ``retry_statuses`` and the connection errors retried (unless the hedge has its own
+    ``non_fatal``); the throttle and ``budget`` are asked for every hedge. Other requests
+    are sent as without it.
+
     Raises:
         TypeError, ValueError: for a bad option, at once.
     """
     return BudgetMiddleware(
-        policy, retry_statuses, methods, deadline_header, deadline_headers, budget
+        policy, retry_statuses, methods, deadline_header, deadline_headers, budget, throttle, hedge
     )

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import tenacity
 from tenacity import RetryCallState
@@ -31,8 +31,18 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
         "tenacity_budget.httpx needs httpx: pip install 'tenacity-budget[httpx]'"
     ) from exc
 
-from ._clients import Watchdog, retry_cures, retry_frame, run_horizon, time_left
-from .context import Horizon, ambient_deadline, deadline_scope, earliest
+from ._client_hedge import ClientHedge, check_hedge, hedged_request
+from ._clients import (
+    Watchdog,
+    check_throttle,
+    host_throttle,
+    rejected_first,
+    retry_cures,
+    retry_frame,
+    run_horizon,
+    time_left,
+)
+from .context import Horizon, ambient_deadline, deadline_scope
 from .decision import admit
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import DEADLINE_HEADER, _check_methods, _check_statuses, _deadline_senders, wait_hint
@@ -347,25 +357,6 @@ def _pool_bounded(timeouts: dict[str, Any], left: float) -> dict[str, Any]:
     return {**timeouts, "pool": pool}
 
 
-def _check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
-    """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
-    callable mapping a request's host to its throttle.
-
-    Raises:
-        TypeError: for anything else (saying what a throttle is).
-    """
-    if throttle is None or all(
-        callable(getattr(throttle, name, None)) for name in ("admit", "record")
-    ):
-        return throttle, None
-    if callable(throttle):
-        return None, throttle
-    raise TypeError(
-        "throttle must be an adaptive throttle (AdaptiveThrottle: admit(), record()) or a "
-        f"callable mapping a request's host to one, got {type(throttle).__name__}"
-    )
-
-
 class _Transport:
     """What both transports share: the options, the admission of attempts, the run's end."""
 
@@ -402,7 +393,7 @@ class _Transport:
             | tenacity.retry_if_exception(_retryable),
             "retry_error_callback": _give_up,
         }
-        self._throttle, self._throttle_of = _check_throttle(throttle)
+        self._throttle, self._throttle_of = check_throttle(throttle)
         self._throttled = throttle is not None
         self._controllers: dict[Any, tenacity.BaseRetrying] = {}
         self._controller = self._build(self._throttle)
@@ -430,36 +421,26 @@ class _Transport:
                 throttle rejects it: nothing was sent.
         """
         if self._throttled:
-            throttle = self._throttle
-            if throttle is None:
-                assert self._throttle_of is not None
-                throttle, of = _check_throttle(self._throttle_of(call.request.url.host))
-                if throttle is None or of is not None:
-                    raise TypeError("the throttle callable must return an AdaptiveThrottle")
+            throttle = self._throttle_for(call.request)
             call.throttle = throttle
             if admit(throttle.admit) is not None:
                 self._reject(call, throttle)
         if self.budget is not None:
             self.budget.deposit()
 
+    def _throttle_for(self, request: httpx.Request) -> Any:
+        """The throttle of ``request``: the transport's, or its host's."""
+        if self._throttle is not None:
+            return self._throttle
+        assert self._throttle_of is not None
+        return host_throttle(self._throttle_of, request.url.host)
+
     def _reject(self, call: _Call, throttle: Any) -> NoReturn:
         """End a run whose first attempt the throttle rejected: an ``httpx.ConnectError``
         (the request was never sent, as when no connection is made) that is also a
         :class:`~tenacity_budget.BudgetExhausted` with reason ``throttled``."""
-        rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
-        report = ExhaustionReport(
-            attempts=0,  # nothing was sent
-            affordable=self.config.policy.max_attempts(),
-            slept=0.0,
-            elapsed=time.monotonic() - call.started,
-            budget=self._max_elapsed,
-            deadline=earliest(ambient_deadline(), self.config.policy.deadline),
-            reason=StopReason.THROTTLED,
-            last_exception=rejection,
-        )
-        attempt = tenacity.Future.construct(1, rejection, True)
-        error = httpx.ConnectError(str(rejection), request=call.request)
-        raise _exhausted(error, attempt, report) from rejection
+        rejection, spent = rejected_first(throttle, self.config.policy, call.started)
+        raise _throttled_error(rejection, spent, call.request) from rejection
 
     @property
     def policy(self) -> BackoffPolicy:
@@ -634,6 +615,52 @@ def _late(call: _Call) -> _Cut | None:
     return cut
 
 
+def _copy(request: httpx.Request) -> httpx.Request:
+    """A hedge's own request: the same method, URL and body, headers and extensions copied."""
+    return httpx.Request(
+        request.method,
+        request.url,
+        headers=request.headers,
+        stream=request.stream,
+        extensions=dict(request.extensions),
+    )
+
+
+def _hedge_gave_up(
+    request: httpx.Request,
+    last: httpx.Response | None,
+    exc: BaseException | None,
+    report: ExhaustionReport,
+) -> httpx.Response:
+    """The end of a hedged run that gave up: the last response (its report attached), or an
+    error of httpx's family that is also a :class:`~tenacity_budget.BudgetExhausted`."""
+    if exc is None:
+        assert last is not None
+        last.extensions[REPORT_EXTENSION] = report
+        return last
+    attempt = tenacity.Future.construct(max(1, report.attempts), exc, True)
+    if isinstance(exc, Throttled):  # the first attempt was rejected: nothing was sent
+        raise _throttled_error(exc, BudgetExhausted(attempt, report), request) from exc
+    if isinstance(exc, httpx.TransportError):
+        raise _exhausted(exc, attempt, report) from exc
+    if isinstance(exc, TimeoutError) and report.reason in _CUT:  # the run's end cut it
+        raise _exhausted(
+            httpx.TimeoutException(str(exc), request=request), attempt, report
+        ) from exc
+    raise BudgetExhausted(attempt, report) from exc  # non-fatal by the hedge's own rule
+
+
+_CUT = (StopReason.WALL_CLOCK, StopReason.DEADLINE)
+
+
+def _throttled_error(
+    rejection: Throttled, spent: BudgetExhausted, request: httpx.Request
+) -> BudgetExhausted:
+    """A rejected first attempt's error: an ``httpx.ConnectError`` that is also ``spent``."""
+    error = httpx.ConnectError(str(rejection), request=request)
+    return _exhausted(error, spent.last_attempt, spent.report)
+
+
 def _set_outcome(state: RetryCallState, outcome: BaseException | httpx.Response) -> None:
     if isinstance(outcome, BaseException):
         state.set_exception((type(outcome), outcome, outcome.__traceback__))
@@ -761,7 +788,14 @@ class BudgetTransport(_Transport, httpx.BaseTransport):
         budget: Any = None,
         deadline_headers: Iterable[str] | None = None,
         throttle: Any = None,
+        hedge: Any = None,
     ) -> None:
+        if hedge is not None:
+            raise TypeError(
+                "hedge= needs AsyncBudgetTransport: a hedge is sent beside the attempt still "
+                "running and the loser is cancelled, which a sync transport cannot do (one "
+                "thread waits on one response, and a sync request cannot be interrupted)"
+            )
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(
                 f"transport must be an httpx.BaseTransport, got {type(transport).__name__}"
@@ -880,6 +914,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         budget: Any = None,
         deadline_headers: Iterable[str] | None = None,
         throttle: Any = None,
+        hedge: Any = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(
@@ -894,6 +929,16 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         )
         self._bare = type(self.transport) is httpx.AsyncHTTPTransport
         self._watchdog: Watchdog | None = None  # the hard stop's timer, per event loop
+        statuses = config.retry_statuses
+        self.hedge = hedge  # as given; the engine runs _hedge
+        self._hedge: ClientHedge | None = check_hedge(
+            hedge,
+            lambda outcome: (
+                _retryable(outcome)
+                if isinstance(outcome, BaseException)
+                else isinstance(outcome, httpx.Response) and outcome.status_code in statuses
+            ),
+        )
 
     def __repr__(self) -> str:
         return f"<AsyncBudgetTransport {self.policy!r} transport={self.transport!r}>"
@@ -901,13 +946,10 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` as one budgeted run (see the class)."""
         started = time.monotonic()
-        call = _Call(
-            request,
-            started,
-            self.config.retries(request),
-            self._max_elapsed,
-            self._deadline_ts,
-        )
+        retried = self.config.retries(request)
+        if self._hedge is not None and retried and isinstance(request.stream, httpx.ByteStream):
+            return await self._hedged(request, self._hedge)
+        call = _Call(request, started, retried, self._max_elapsed, self._deadline_ts)
         self._admit_first(call)
         hard: _HardStop | None = None
         try:  # the first attempt, outside tenacity's loop: most runs end with it
@@ -926,6 +968,45 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
         if time.monotonic() > call.end or response.status_code in self._statuses:
             return await self._settle(call, _late(call) or response)
         return response
+
+    async def _hedged(self, request: httpx.Request, hedge: ClientHedge) -> httpx.Response:
+        """Send ``request`` as one hedged run (the engine's): the first good response wins.
+
+        Every attempt is a copy of ``request`` with its own deadline header and timeouts
+        (the first is ``request`` itself); a loser is cancelled and its response closed.
+        """
+        timeouts = request.extensions.get("timeout")
+        own: dict[str, Any] = timeouts if isinstance(timeouts, dict) else {}
+        sent: list[httpx.Request] = []
+
+        async def attempt(horizon: Horizon) -> httpx.Response:
+            one = _copy(request) if sent else request
+            sent.append(one)
+            left = horizon.left()
+            if left < _LEAST:
+                left = _LEAST
+            for header, write in self._senders:
+                one.headers[header] = write(left)
+            one.extensions["timeout"] = _pool_bounded(own, left)
+            try:
+                with self._frame(left):
+                    return await self.transport.handle_async_request(one)
+            except BaseException:
+                await _reclaim_orphans(self.transport)  # a loser cut in the pool's wait
+                raise
+
+        outcome, report = await hedged_request(
+            hedge,
+            attempt,
+            self.config.policy,
+            self._deadline_ts,
+            budget=self.budget,
+            throttle=self._throttle_for(request) if self._throttled else None,
+            release=_close_whole,
+        )
+        if report is None:  # a good response, or a fatal error raised as it is
+            return cast(httpx.Response, outcome.result())
+        return _hedge_gave_up(request, outcome.value, outcome.exception, report)
 
     async def _settle(self, call: _Call, first: BaseException | httpx.Response) -> httpx.Response:
         """The end of a run whose first attempt did not succeed: retried, or as it is."""

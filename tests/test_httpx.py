@@ -704,8 +704,10 @@ def test_the_signature_and_defaults(cls: type[Any]) -> None:
         "budget",
         "deadline_headers",
         "throttle",  # issue 18
+        "hedge",  # issue 18
     ]
     assert params["throttle"].default is None
+    assert params["hedge"].default is None
     assert params["transport"].default is None
     assert params["retry_statuses"].default == frozenset({429, 502, 503, 504})
     assert params["methods"].default == frozenset(
