@@ -13,10 +13,12 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from tenacity import Future
 
+from ._validate import is_throttle
+from ._validate import throttle as _throttle
 from .context import Horizon, ambient_deadline, current_horizon, earliest
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import retry_after
@@ -238,21 +240,16 @@ class Watchdog:
 
 def check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
     """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
-    callable mapping a request's host to its throttle: every client's ``throttle=``.
+    callable mapping a request's host to its throttle: every client's ``throttle=``, checked
+    by the one throttle check (:func:`tenacity_budget._validate.throttle`).
 
     Raises:
         TypeError: for anything else (saying what a throttle is).
     """
-    if throttle is None or all(
-        callable(getattr(throttle, name, None)) for name in ("admit", "record")
-    ):
-        return throttle, None
-    if callable(throttle):
-        return None, throttle
-    raise TypeError(
-        "throttle must be an adaptive throttle (AdaptiveThrottle: admit(), record()) or a "
-        f"callable mapping a request's host to one, got {type(throttle).__name__}"
-    )
+    checked = _throttle(throttle, per_host=True)
+    if checked is None or is_throttle(checked):
+        return checked, None
+    return None, cast(Callable[[str], Any], checked)
 
 
 def host_throttle(of: Callable[[str], Any], host: str | None) -> Any:
