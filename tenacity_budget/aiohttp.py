@@ -200,37 +200,42 @@ class BudgetMiddleware:
     ) -> aiohttp.ClientResponse:
         """The run of ``request`` from its first attempt, admitted (``throttle`` is told)."""
         horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
-        first = await self._first(request, handler, time_left(horizon, self.policy.max_elapsed))
+        left = time_left(horizon, self.policy.max_elapsed)
+        # The first attempt, inline (a coroutine less on every request): its response, or
+        # the error it raised (an _Unanswered one where the hard stop cut it: no answer).
+        watchdog, task = self._admit(request, left)
+        first: aiohttp.ClientResponse | Exception
+        try:
+            first = await handler(request)
+        except asyncio.CancelledError:
+            if not watchdog.cut_off(task):
+                raise
+            first = _time_up(left)
+        except Exception as exc:
+            first = exc
+        finally:
+            watchdog.unwatch(task)
         if throttle is not None and not isinstance(first, _Unanswered):
             throttle.record(first)
-        if isinstance(first, Exception):
-            if not _retryable(first) or not self._retries(request):
-                if self.budget is not None:
-                    await self._deposit()
-                raise first
-        elif first.status not in self.retry_statuses or not self._retries(request):
+        if self._final(first, request):  # nothing to retry: the request is one attempt
             if self.budget is not None:
                 await self._deposit()
+            if isinstance(first, Exception):
+                raise first
             return first
         frame = retry_frame(horizon, started, self.policy.max_elapsed)
         return await self._enter(_Call(request, handler, first, throttle), frame)
 
-    async def _first(
-        self, request: aiohttp.ClientRequest, handler: Handler, left: float
-    ) -> aiohttp.ClientResponse | Exception:
-        """The first attempt, with ``left`` seconds: its response, or the error it raised
-        (an :class:`_Unanswered` one where the hard stop cut it: no answer to record)."""
-        watchdog, task = self._admit(request, left)
-        try:
-            return await handler(request)
-        except asyncio.CancelledError:
-            if not watchdog.cut_off(task):
-                raise
-            return _time_up(left)
-        except Exception as exc:
-            return exc
-        finally:
-            watchdog.unwatch(task)
+    def _final(
+        self, first: aiohttp.ClientResponse | Exception, request: aiohttp.ClientRequest
+    ) -> bool:
+        """Whether the first attempt's outcome ends the request: not a retryable error or
+        status, or a method not retried."""
+        if isinstance(first, Exception):
+            retryable = _retryable(first)
+        else:
+            retryable = first.status in self.retry_statuses
+        return not retryable or not self._retries(request)
 
     def _throttle_for(self, request: aiohttp.ClientRequest) -> Any:
         """The throttle of ``request``: the middleware's, or its host's (``None``: none)."""
