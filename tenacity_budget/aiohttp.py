@@ -178,27 +178,13 @@ class BudgetMiddleware:
         # The first attempt is sent at once, as the run's would be (same admission, the
         # run's time left); only a retryable outcome enters the run, which replays it first
         # and ends by the first attempt's end: what one run from the start would do.
-        if self._gated:  # a throttle or a hedge: one check on the hot path
-            return await self._gate(request, handler)
-        return await self._send(request, handler, time.monotonic(), None)
-
-    async def _gate(
-        self, request: aiohttp.ClientRequest, handler: Handler
-    ) -> aiohttp.ClientResponse:
-        """A request's run with a throttle or a hedge: hedged (an idempotent method, a body
-        of bytes), or sent as without once the throttle admits its first attempt."""
         started = time.monotonic()
-        throttle = self._throttle_for(request)
-        if self._hedge is not None and self._retries(request):
-            return await self._hedged(request, handler, self._hedge, throttle)
-        if throttle is not None and admit(throttle.admit) is not None:
-            self._reject(throttle, started)
-        return await self._send(request, handler, started, throttle)
-
-    async def _send(
-        self, request: aiohttp.ClientRequest, handler: Handler, started: float, throttle: Any
-    ) -> aiohttp.ClientResponse:
-        """The run of ``request`` from its first attempt, admitted (``throttle`` is told)."""
+        throttle = None
+        if self._gated:  # a throttle or a hedge: one check on the hot path
+            throttle = self._throttle_for(request)
+            if self._hedge is not None and self._retries(request):
+                return await self._hedged(request, handler, self._hedge, throttle)
+            self._admit_first(throttle, started)
         horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
         left = time_left(horizon, self.policy.max_elapsed)
         # The first attempt, inline (a coroutine less on every request): its response, or
@@ -225,6 +211,12 @@ class BudgetMiddleware:
             return first
         frame = retry_frame(horizon, started, self.policy.max_elapsed)
         return await self._enter(_Call(request, handler, first, throttle), frame)
+
+    def _admit_first(self, throttle: Any, started: float) -> None:
+        """A first attempt's admission by the throttle (if any), before the retry budget's
+        deposit: a rejected one is not sent (:meth:`_reject`)."""
+        if throttle is not None and admit(throttle.admit) is not None:
+            self._reject(throttle, started)
 
     def _final(
         self, first: aiohttp.ClientResponse | Exception, request: aiohttp.ClientRequest
