@@ -1,4 +1,4 @@
-"""One converter per kind of input: seconds, an aware datetime, an attempt count, a seed.
+"""One converter per kind of input: seconds, aware datetime, attempt count, seed, throttle.
 
 Every public entry point that takes one of these checks it here, so the same input is
 refused everywhere with the same message (tenacity's ``_utils.to_seconds`` is the model).
@@ -90,3 +90,19 @@ def one_generator(seed: object, rng: object) -> None:
     """Refuse ``seed=`` and ``rng=`` together (one message for every place that takes both)."""
     if seed is not None and rng is not None:
         raise ValueError("pass rng= (one shared generator) or seed= (one per run), not both")
+
+
+def throttle(value: object, *, per_host: bool = False) -> object:
+    """``value`` if it is ``None`` or an adaptive throttle (``admit()`` and ``record()``, as
+    :class:`~tenacity_budget.AdaptiveThrottle` has), or, with ``per_host``, a callable mapping
+    a request's host to one (the HTTP transports'); else a ``TypeError`` saying what it takes.
+    """
+    if value is None or all(callable(getattr(value, name, None)) for name in ("admit", "record")):
+        return value
+    if per_host and callable(value):
+        return value
+    host = " or a callable mapping a request's host to one" if per_host else ""
+    raise TypeError(
+        "throttle must be an adaptive throttle (AdaptiveThrottle or RedisAdaptiveThrottle: "
+        f"admit(), record()){host}, got {type(value).__name__}"
+    )
