@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import random
 import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from tenacity_budget import AdaptiveThrottle, BackoffPolicy, BudgetExhausted, StopReason
 from tenacity_budget.exhaustion import Throttled
 from tenacity_budget.requests import BudgetAdapter
-from tenacity_budget.retry_budget import RetryBudget
 from tenacity_budget.state import run_state
 from tenacity_budget.testing import virtual_clock
 from tests._servers import respond, serve
+from tests._throttles import TOO_MANY, Counting, Ledger, fed, twin
 
 POLICY = BackoffPolicy(base=1, cap=1, max_elapsed=10, jitter="none")
 _EXAMPLES = itertools.count()
@@ -52,59 +52,6 @@ class Scripted:
             n = self.seen[key]
             self.seen[key] += 1
         await respond(send, statuses[n] if n < len(statuses) else 200)
-
-
-class Counting(AdaptiveThrottle):
-    """A real adaptive throttle that also keeps what it was asked and told."""
-
-    def __init__(self, seed: int = 1, **kwargs: Any) -> None:
-        super().__init__(k=2.0, window=60.0, name="items", rng=random.Random(seed), **kwargs)
-        self.decisions: list[bool] = []
-        self.recorded: list[object] = []
-
-    def admit(self) -> bool:
-        admitted = super().admit()
-        self.decisions.append(admitted)
-        return admitted
-
-    def record(self, outcome: object) -> None:
-        self.recorded.append(outcome)
-        super().record(outcome)
-
-
-class Ledger(RetryBudget):
-    """A real retry budget that counts its deposits and the withdrawals asked of it."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.deposits = self.withdrawals = 0
-
-    def deposit(self) -> None:
-        self.deposits += 1
-        super().deposit()
-
-    def try_withdraw(self) -> bool:
-        self.withdrawals += 1
-        return super().try_withdraw()
-
-
-def status(code: int) -> requests.Response:
-    response = requests.Response()
-    response.status_code = code
-    return response
-
-
-def fed(throttle: AdaptiveThrottle, overloads: int) -> AdaptiveThrottle:
-    """``throttle`` after ``overloads`` attempts answered 429 (each asked, each told)."""
-    for _ in range(overloads):
-        throttle.admit()  # whatever it decides, the request counts
-        throttle.record(status(429))
-    return throttle
-
-
-def twin(seed: int, overloads: int = 0) -> AdaptiveThrottle:
-    """A throttle in the state a test's throttle starts in: what it will decide, in advance."""
-    return fed(AdaptiveThrottle(k=2.0, window=60.0, rng=random.Random(seed)), overloads)
 
 
 def closed_port() -> int:
@@ -182,7 +129,7 @@ def test_the_probability_rises_and_a_rejected_call_sends_nothing_and_deposits_no
                 assert isinstance(exc, requests.ConnectionError)  # noqa: PT017
                 outcomes.append("rejected")
             if model.admit():  # the same rule, the same draws: the same decisions
-                model.record(status(429))
+                model.record(TOO_MANY)
                 expected.append(429)
             else:
                 expected.append("rejected")
@@ -247,7 +194,7 @@ def test_a_rejected_first_attempt_carries_the_ambient_deadline(server: str) -> N
     from tenacity_budget import deadline_scope
 
     with virtual_clock():
-        throttle = fed(AdaptiveThrottle(k=2.0, window=60.0, rng=random.Random(1)), 10)
+        throttle = twin(seed=1, overloads=10)
         with (
             session(BudgetAdapter(POLICY, throttle=throttle)) as s,
             deadline_scope(5) as scope,
@@ -267,7 +214,7 @@ def test_a_rejected_retry_returns_the_last_response(app: Scripted, server: str) 
     with virtual_clock() as clock:
         model = twin(seed=1)
         assert model.admit()  # the first attempt: no history, admitted without a draw
-        model.record(status(429))
+        model.record(TOO_MANY)
         assert not model.admit()  # the retry: rejected with probability 1/2
         throttle, budget = Counting(seed=1), Ledger()
         with session(BudgetAdapter(POLICY, throttle=throttle, budget=budget)) as s:
@@ -344,7 +291,7 @@ def test_one_throttle_per_host(app: Scripted, server: str) -> None:
         overloaded = fed(Counting(seed=1), 10)  # its next draw rejects
         model = twin(seed=0)
         model.admit()
-        model.record(status(503))
+        model.record(SimpleNamespace(status_code=503))
         assert model.admit()  # after one 503, p = 1/2: the seed's draw admits the retry
         healthy = Counting(seed=0)
         throttles = {"127.0.0.1": overloaded, "localhost": healthy}
@@ -421,7 +368,7 @@ def test_every_attempt_is_asked_once_sent_if_admitted_and_recorded_once(
 )
 def test_a_rejected_first_attempt_pickles_with_its_rejection(server: str) -> None:
     with virtual_clock():
-        throttle = fed(AdaptiveThrottle(k=2.0, window=60.0, rng=random.Random(1)), 10)
+        throttle = twin(seed=1, overloads=10)
         with (
             session(BudgetAdapter(POLICY, throttle=throttle)) as s,
             pytest.raises(BudgetExhausted) as caught,
