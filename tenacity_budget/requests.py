@@ -180,7 +180,8 @@ class BudgetAdapter(HTTPAdapter):
         self.methods = _check_methods(methods)
         self.budget = budget
         self.throttle = check_throttle(throttle, per_host=True)
-        self._throttled = throttle is not None
+        # Whether a first attempt is admitted at all: a throttle asked, a deposit made.
+        self._admits = throttle is not None or budget is not None
         self._senders = _deadline_senders(deadline_header, deadline_headers)
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         super().__init__(max_retries=0, **adapter_kwargs)
@@ -225,17 +226,14 @@ class BudgetAdapter(HTTPAdapter):
         # run, which replays it first and ends by the first attempt's end: what one run
         # from the start would do.
         started = time.monotonic()
-        if self._throttled:
+        if self._admits:
             self._admit_first(call, started)
-        if self.budget is not None:
-            self.budget.deposit()
         horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
         try:
             response = self._admit(call, time_left(horizon, self.policy.max_elapsed))
         except BaseException as exc:
             if not retried or not _retryable(exc):
-                if call.throttle is not None and isinstance(exc, Exception):
-                    call.throttle.record(exc)
+                _tell(call.throttle, exc)
                 raise
             call.first = exc
         else:
@@ -250,25 +248,34 @@ class BudgetAdapter(HTTPAdapter):
             return self._run(call)
 
     def _admit_first(self, call: _Call, started: float) -> None:
-        """The first attempt's admission by the request's throttle (decision.admit).
+        """The first attempt's admission: by the request's throttle (decision.admit), then
+        the request's deposit in the retry budget (a rejected request deposits nothing).
 
         Raises:
             requests.ConnectionError: also a BudgetExhausted (reason ``throttled``), when
                 the throttle rejects it: nothing is sent.
         """
         throttle = self._fixed
-        if throttle is None:
-            assert self._throttle_of is not None
-            host = urlsplit(call.request.url or "").hostname or ""
-            throttle = self._throttle_of(host)
-            if throttle is None or not _is_throttle(throttle):
-                raise TypeError(
-                    "the throttle callable must return an adaptive throttle (admit(), "
-                    f"record()) for host {host!r}, got {type(throttle).__name__}"
-                )
-        if admit(throttle.admit) is not None:
-            self._reject(call, throttle, started)
-        call.throttle = throttle
+        if throttle is None and self._throttle_of is not None:
+            throttle = self._host_throttle(call.request)
+        if throttle is not None:
+            if admit(throttle.admit) is not None:
+                self._reject(call, throttle, started)
+            call.throttle = throttle
+        if self.budget is not None:
+            self.budget.deposit()
+
+    def _host_throttle(self, request: requests.PreparedRequest) -> Any:
+        """The throttle the host callable maps ``request``'s host to (checked)."""
+        assert self._throttle_of is not None
+        host = urlsplit(request.url or "").hostname or ""
+        throttle = self._throttle_of(host)
+        if not _is_throttle(throttle):
+            raise TypeError(
+                "the throttle callable must return an adaptive throttle (admit(), "
+                f"record()) for host {host!r}, got {type(throttle).__name__}"
+            )
+        return throttle
 
     def _reject(self, call: _Call, throttle: Any, started: float) -> NoReturn:
         """End a request whose first attempt the throttle rejected: nothing was sent."""
@@ -335,6 +342,13 @@ class BudgetAdapter(HTTPAdapter):
         for name, format_left in self._senders:
             call.request.headers[name] = format_left(max(left, 0.0))
         return super().send(call.request, timeout=_timeouts(call.timeout, left), **call.options)
+
+
+def _tell(throttle: Any, exc: BaseException) -> None:
+    """Tell ``throttle`` (if any) the error an attempt raised; a cancellation or an
+    interruption (not an ``Exception``) is no answer from the backend, and is not told."""
+    if throttle is not None and isinstance(exc, Exception):
+        throttle.record(exc)
 
 
 def _is_throttle(value: object) -> bool:
