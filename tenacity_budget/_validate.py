@@ -92,12 +92,17 @@ def one_generator(seed: object, rng: object) -> None:
         raise ValueError("pass rng= (one shared generator) or seed= (one per run), not both")
 
 
+def is_throttle(value: object) -> bool:
+    """Whether ``value`` is an adaptive throttle: it has ``admit()`` and ``record()``."""
+    return all(callable(getattr(value, name, None)) for name in ("admit", "record"))
+
+
 def throttle(value: object, *, per_host: bool = False) -> object:
     """``value`` if it is ``None`` or an adaptive throttle (``admit()`` and ``record()``, as
     :class:`~tenacity_budget.AdaptiveThrottle` has), or, with ``per_host``, a callable mapping
     a request's host to one (the HTTP transports'); else a ``TypeError`` saying what it takes.
     """
-    if value is None or all(callable(getattr(value, name, None)) for name in ("admit", "record")):
+    if value is None or is_throttle(value):
         return value
     if per_host and callable(value):
         return value

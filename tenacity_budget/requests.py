@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
 from tenacity import Future, retry_if_exception, retry_if_result
@@ -28,13 +28,13 @@ except ImportError as exc:  # a missing extra, named at import
     ) from exc
 
 from ._clients import exhausted, outcome_hint, retry_cures, retry_frame, run_horizon, time_left
-from ._validate import throttle as check_throttle
+from ._validate import is_throttle
+from ._validate import throttle as _throttle
 from .context import _frame, ambient_deadline, earliest, remaining
 from .decision import admit
-from .exhaustion import BudgetExhausted, StopReason, Throttled
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import _check_methods, _check_statuses, _deadline_senders
 from .retrying import BudgetedRetry
-from .state import RunState, tag
 
 if TYPE_CHECKING:
     from .context import Horizon
@@ -179,7 +179,8 @@ class BudgetAdapter(HTTPAdapter):
         self.retry_statuses = _check_statuses(retry_statuses)
         self.methods = _check_methods(methods)
         self.budget = budget
-        self.throttle = check_throttle(throttle, per_host=True)
+        self.throttle = throttle
+        self._fixed, self._throttle_of = check_throttle(throttle)
         # Whether a first attempt is admitted at all: a throttle asked, a deposit made.
         self._admits = throttle is not None or budget is not None
         self._senders = _deadline_senders(deadline_header, deadline_headers)
@@ -197,12 +198,6 @@ class BudgetAdapter(HTTPAdapter):
         }
         # The run of each throttle (one per host for a callable), built on first use.
         self._runs: dict[Any, Callable[[_Call], requests.Response]] = {}
-        self._fixed: Any = None
-        self._throttle_of: Callable[[str], Any] | None = None
-        if _is_throttle(throttle):
-            self._fixed = throttle
-        elif throttle is not None:
-            self._throttle_of = throttle
         self._retried = self._run_of(self._fixed)
 
     def __repr__(self) -> str:
@@ -257,7 +252,7 @@ class BudgetAdapter(HTTPAdapter):
         """
         throttle = self._fixed
         if throttle is None and self._throttle_of is not None:
-            throttle = self._host_throttle(call.request)
+            throttle = host_throttle(self._throttle_of, urlsplit(call.request.url or "").hostname)
         if throttle is not None:
             if admit(throttle.admit) is not None:
                 self._reject(call, throttle, started)
@@ -265,32 +260,9 @@ class BudgetAdapter(HTTPAdapter):
         if self.budget is not None:
             self.budget.deposit()
 
-    def _host_throttle(self, request: requests.PreparedRequest) -> Any:
-        """The throttle the host callable maps ``request``'s host to (checked)."""
-        assert self._throttle_of is not None
-        host = urlsplit(request.url or "").hostname or ""
-        throttle = self._throttle_of(host)
-        if not _is_throttle(throttle):
-            raise TypeError(
-                "the throttle callable must return an adaptive throttle (admit(), "
-                f"record()) for host {host!r}, got {type(throttle).__name__}"
-            )
-        return throttle
-
     def _reject(self, call: _Call, throttle: Any, started: float) -> NoReturn:
         """End a request whose first attempt the throttle rejected: nothing was sent."""
-        rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
-        policy = self.policy
-        record = RunState(
-            policy.max_elapsed,
-            policy.max_attempts(),
-            earliest(ambient_deadline(), policy.deadline),
-        )
-        record.elapsed = time.monotonic() - started
-        record.reason = StopReason.THROTTLED
-        attempt = Future.construct(1, rejection, True)
-        tag(attempt, record)
-        spent = BudgetExhausted(attempt, record.report(rejection))
+        rejection, spent = rejected_first(throttle, self.policy, started)
         error = requests.ConnectionError(str(rejection), request=call.request)
         raise exhausted(error, spent) from rejection
 
@@ -351,12 +323,42 @@ def _tell(throttle: Any, exc: BaseException) -> None:
         throttle.record(exc)
 
 
-def _is_throttle(value: object) -> bool:
-    """Whether ``value`` is an adaptive throttle itself (not a callable mapping hosts to one)."""
-    try:
-        return value is not None and check_throttle(value) is value
-    except TypeError:
-        return False
+def check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
+    """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
+    callable mapping a request's host to its throttle, checked by the one throttle check.
+
+    Raises:
+        TypeError: for anything else (saying what a throttle is).
+    """
+    checked = _throttle(throttle, per_host=True)
+    if checked is None or is_throttle(checked):
+        return checked, None
+    return None, cast(Callable[[str], Any], checked)
+
+
+def host_throttle(of: Callable[[str], Any], host: str | None) -> Any:
+    """The throttle a ``throttle=`` callable maps ``host`` to (checked: an adaptive one)."""
+    throttle, nested = check_throttle(of(host or ""))
+    if throttle is None or nested is not None:
+        raise TypeError("the throttle callable must return an AdaptiveThrottle")
+    return throttle
+
+
+def rejected_first(throttle: Any, policy: Any, started: float) -> tuple[Throttled, BudgetExhausted]:
+    """The rejection of a first attempt the throttle refused, and the ``BudgetExhausted``
+    (reason ``throttled``, 0 attempts: nothing was sent) the client's error is made from."""
+    rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
+    report = ExhaustionReport(
+        attempts=0,
+        affordable=policy.max_attempts(),
+        slept=0.0,
+        elapsed=time.monotonic() - started,
+        budget=policy.max_elapsed,
+        deadline=earliest(ambient_deadline(), policy.deadline),
+        reason=StopReason.THROTTLED,
+        last_exception=rejection,
+    )
+    return rejection, BudgetExhausted(Future.construct(1, rejection, True), report)
 
 
 class _Replayed(BudgetedRetry):

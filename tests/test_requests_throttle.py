@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 from tenacity_budget import AdaptiveThrottle, BackoffPolicy, BudgetExhausted, StopReason
 from tenacity_budget.exhaustion import Throttled
 from tenacity_budget.requests import BudgetAdapter
-from tenacity_budget.state import run_state
 from tenacity_budget.testing import virtual_clock
 from tests._servers import respond, serve
 from tests._throttles import TOO_MANY, Counting, Ledger, fed, twin
@@ -97,7 +96,7 @@ def test_a_host_callable_returning_no_throttle_is_refused_before_sending(
     with (
         virtual_clock(),
         session(BudgetAdapter(POLICY, throttle=lambda host: None)) as s,
-        pytest.raises(TypeError, match=r"must return an adaptive throttle .*'127\.0\.0\.1'"),
+        pytest.raises(TypeError, match="the throttle callable must return an AdaptiveThrottle"),
     ):
         s.get(url_of(server, "no-throttle"))
     assert app.seen["no-throttle"] == 0
@@ -180,7 +179,6 @@ def test_a_rejected_first_attempt_is_requests_own_connection_error(
     # Read as the transports and policy.retry read it: after the rejected request counted.
     assert (rejection.throttle, rejection.probability) == ("items", probability)
     assert probability == pytest.approx(11 / 12)
-    assert run_state(error.last_attempt) is not None
     assert "rejected locally (throttled)" in str(error)
     assert error.request is not None
     assert error.request.url == url
