@@ -1,20 +1,22 @@
 """A requests adapter that retries within a budget and tells the next hop its deadline.
 
 ``session.mount("https://", BudgetAdapter(policy))`` sends each request as one budgeted
-run of the policy, with the semantics of :mod:`tenacity_budget.httpx`'s transports; the
-errors it raises stay ``requests.RequestException``. Needs the ``requests`` extra
-(``pip install 'tenacity-budget[requests]'``). The guide, with what requests cannot bound
-(a read timeout is per socket read, not per response), is docs/cookbook.md.
+run of the policy, with the semantics of :mod:`tenacity_budget.httpx`'s transports (an
+adaptive throttle included); the errors it raises stay ``requests.RequestException``.
+Needs the ``requests`` extra (``pip install 'tenacity-budget[requests]'``). The guide,
+with what requests cannot bound (a read timeout is per socket read, not per response),
+is docs/cookbook.md.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+from urllib.parse import urlsplit
 
-from tenacity import retry_if_exception, retry_if_result
+from tenacity import Future, retry_if_exception, retry_if_result
 
 try:  # the real library: an absolute import, never this module
     import requests
@@ -26,11 +28,16 @@ except ImportError as exc:  # a missing extra, named at import
     ) from exc
 
 from ._clients import exhausted, outcome_hint, retry_cures, retry_frame, run_horizon, time_left
-from .context import _frame, remaining
-from .exhaustion import BudgetExhausted
+from ._validate import is_throttle
+from ._validate import throttle as _throttle
+from .context import _frame, ambient_deadline, earliest, remaining
+from .decision import admit
+from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .http import _check_methods, _check_statuses, _deadline_senders
+from .retrying import BudgetedRetry
 
 if TYPE_CHECKING:
+    from .context import Horizon
     from .policy import BackoffPolicy
 
 __all__ = ["BudgetAdapter"]
@@ -112,14 +119,15 @@ class BudgetAdapter(HTTPAdapter):
     ``session.mount("https://", BudgetAdapter(policy))``. It retries connection errors and
     timeouts, and the ``retry_statuses``, for the ``methods`` (and a replayable body);
     honours ``Retry-After``, ``retry-after-ms``, ``x-ms-retry-after-ms`` (and
-    ``RateLimit-Reset``) within the budget; draws every retry from ``budget``; sets each
-    attempt's connect and read timeouts to the time left (or the caller's ``timeout=``
-    where shorter); and sends the time left downstream in ``deadline_header`` (our
-    format; ``None``: none) or in each dialect of ``deadline_headers``. Spent on a status,
-    the last response is returned; spent on a connection error or a timeout, the error
-    raised is of requests' own kind (``requests.ConnectionError``, ``requests.Timeout``...)
-    and also a :class:`~tenacity_budget.BudgetExhausted` carrying ``.report``. urllib3's
-    own retries are off (``max_retries=0``).
+    ``RateLimit-Reset``) within the budget; asks ``throttle`` before every attempt and
+    draws every retry from ``budget``; sets each attempt's connect and read timeouts to the
+    time left (or the caller's ``timeout=`` where shorter); and sends the time left
+    downstream in ``deadline_header`` (our format; ``None``: none) or in each dialect of
+    ``deadline_headers``. Spent on a status, the last response is returned; spent on a
+    connection error or a timeout, the error raised is of requests' own kind
+    (``requests.ConnectionError``, ``requests.Timeout``...) and also a
+    :class:`~tenacity_budget.BudgetExhausted` carrying ``.report``. urllib3's own retries
+    are off (``max_retries=0``).
 
     Args:
         policy: the budget of each request.
@@ -131,7 +139,18 @@ class BudgetAdapter(HTTPAdapter):
             than the default, a ``TypeError``; the default itself written out
             (``"X-Request-Timeout-Ms"``) cannot be told apart and is accepted: then
             ``deadline_headers`` alone is sent.
-        budget: a :class:`~tenacity_budget.RetryBudget` every retry draws from.
+        budget: a :class:`~tenacity_budget.RetryBudget` every retry draws from; each
+            request sent deposits once.
+        throttle: an adaptive throttle (:class:`~tenacity_budget.AdaptiveThrottle`,
+            ``RedisAdaptiveThrottle``), or a callable mapping a request's host to its own
+            (one per dependency). Every attempt asks it, the first included (before the
+            request's deposit); a retry after the time budget, before the retry budget.
+            A rejected first attempt is not sent and deposits nothing: it raises a
+            ``requests.ConnectionError`` (nothing was sent, as when no connection is
+            made: safe to retry for any method) that is also a ``BudgetExhausted``,
+            reason ``throttled``, 0 attempts, its ``last_attempt`` holding the
+            :class:`~tenacity_budget.exhaustion.Throttled` rejection. A rejected retry ends
+            the run as any spent budget does. Every attempt sent is recorded once.
         **adapter_kwargs: ``pool_connections``, ``pool_maxsize``, ``pool_block``.
 
     Raises:
@@ -147,6 +166,7 @@ class BudgetAdapter(HTTPAdapter):
         deadline_header: str | None = "X-Request-Timeout-Ms",
         deadline_headers: Iterable[str] | None = None,
         budget: Any = None,
+        throttle: Any = None,
         **adapter_kwargs: Any,
     ) -> None:
         from .policy import BackoffPolicy
@@ -159,17 +179,26 @@ class BudgetAdapter(HTTPAdapter):
         self.retry_statuses = _check_statuses(retry_statuses)
         self.methods = _check_methods(methods)
         self.budget = budget
+        self.throttle = throttle
+        self._fixed, self._throttle_of = check_throttle(throttle)
+        # Whether a first attempt is admitted at all: a throttle asked, a deposit made.
+        self._admits = throttle is not None or budget is not None
         self._senders = _deadline_senders(deadline_header, deadline_headers)
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         super().__init__(max_retries=0, **adapter_kwargs)
         statuses = self.retry_statuses
         # A retryable status is a result, retried as one; the wait reads the outcome.
-        self._retried = policy.retry(
-            budget=budget,
-            retry=retry_if_result(lambda response: response.status_code in statuses)
-            | retry_if_exception(_retryable),
-            retry_after=outcome_hint,
-        )(self._attempt)
+        self._run_options: dict[str, Any] = {
+            "budget": budget,
+            "retry_after": outcome_hint,
+            "tenacity_kwargs": {
+                "retry": retry_if_result(lambda response: response.status_code in statuses)
+                | retry_if_exception(_retryable)
+            },
+        }
+        # The run of each throttle (one per host for a callable), built on first use.
+        self._runs: dict[Any, Callable[[_Call], requests.Response]] = {}
+        self._retried = self._run_of(self._fixed)
 
     def __repr__(self) -> str:
         return f"<BudgetAdapter {self.policy!r}>"
@@ -187,35 +216,69 @@ class BudgetAdapter(HTTPAdapter):
         options = {"stream": stream, "verify": verify, "cert": cert, "proxies": proxies}
         call = _Call(request, timeout, options)
         retried = request.method in self.methods and _replayable(request.body)
-        # The first attempt is sent at once, as the run's would be (same admission, the
-        # run's time left); only a retryable outcome enters the run, which replays it first
-        # and ends by the first attempt's end: what one run from the start would do.
+        # The first attempt is admitted (the throttle, then the deposit) and sent at once,
+        # as the run's would be (the run's time left); only a retryable outcome enters the
+        # run, which replays it first and ends by the first attempt's end: what one run
+        # from the start would do.
         started = time.monotonic()
+        if self._admits:
+            self._admit_first(call, started)
         horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
         try:
             response = self._admit(call, time_left(horizon, self.policy.max_elapsed))
         except BaseException as exc:
             if not retried or not _retryable(exc):
-                self._deposit()
+                _tell(call.throttle, exc)
                 raise
             call.first = exc
         else:
             if not retried or response.status_code not in self.retry_statuses:
-                self._deposit()
+                if call.throttle is not None:
+                    call.throttle.record(response)
                 return response
             call.first = response
+        # The run records the first outcome when it replays it, and asks the throttle of
+        # every retry.
         with _frame(retry_frame(horizon, started, self.policy.max_elapsed)):
             return self._run(call)
 
-    def _deposit(self) -> None:
-        """The deposit of a request the run was not entered for (the run deposits its own)."""
+    def _admit_first(self, call: _Call, started: float) -> None:
+        """The first attempt's admission: by the request's throttle (decision.admit), then
+        the request's deposit in the retry budget (a rejected request deposits nothing).
+
+        Raises:
+            requests.ConnectionError: also a BudgetExhausted (reason ``throttled``), when
+                the throttle rejects it: nothing is sent.
+        """
+        throttle = self._fixed
+        if throttle is None and self._throttle_of is not None:
+            throttle = host_throttle(self._throttle_of, urlsplit(call.request.url or "").hostname)
+        if throttle is not None:
+            if admit(throttle.admit) is not None:
+                self._reject(call, throttle, started)
+            call.throttle = throttle
         if self.budget is not None:
             self.budget.deposit()
 
+    def _reject(self, call: _Call, throttle: Any, started: float) -> NoReturn:
+        """End a request whose first attempt the throttle rejected: nothing was sent."""
+        rejection, spent = rejected_first(throttle, self.policy, started)
+        error = requests.ConnectionError(str(rejection), request=call.request)
+        raise exhausted(error, spent) from rejection
+
+    def _run_of(self, throttle: Any) -> Callable[[_Call], requests.Response]:
+        """The budgeted run of the requests ``throttle`` admits (``None``: no throttle)."""
+        run = self._runs.get(throttle)
+        if run is None:
+            retried = _Replayed(self.policy, throttle=throttle, **self._run_options)
+            run = self._runs.setdefault(throttle, retried(self._attempt))
+        return run
+
     def _run(self, call: _Call) -> requests.Response:
         """The budgeted run of a request whose first attempt called for a retry."""
+        run = self._retried if call.throttle is self._fixed else self._run_of(call.throttle)
         try:
-            call.returned = self._retried(call)
+            call.returned = run(call)
         except BudgetExhausted as spent:
             if not spent.last_attempt.failed:  # spent on a status: the last response
                 call.returned = spent.last_attempt.result()
@@ -253,10 +316,68 @@ class BudgetAdapter(HTTPAdapter):
         return super().send(call.request, timeout=_timeouts(call.timeout, left), **call.options)
 
 
+def _tell(throttle: Any, exc: BaseException) -> None:
+    """Tell ``throttle`` (if any) the error an attempt raised; a cancellation or an
+    interruption (not an ``Exception``) is no answer from the backend, and is not told."""
+    if throttle is not None and isinstance(exc, Exception):
+        throttle.record(exc)
+
+
+def check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
+    """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
+    callable mapping a request's host to its throttle, checked by the one throttle check.
+
+    Raises:
+        TypeError: for anything else (saying what a throttle is).
+    """
+    checked = _throttle(throttle, per_host=True)
+    if checked is None or is_throttle(checked):
+        return checked, None
+    return None, cast(Callable[[str], Any], checked)
+
+
+def host_throttle(of: Callable[[str], Any], host: str | None) -> Any:
+    """The throttle a ``throttle=`` callable maps ``host`` to (checked: an adaptive one)."""
+    throttle, nested = check_throttle(of(host or ""))
+    if throttle is None or nested is not None:
+        raise TypeError("the throttle callable must return an AdaptiveThrottle")
+    return throttle
+
+
+def rejected_first(throttle: Any, policy: Any, started: float) -> tuple[Throttled, BudgetExhausted]:
+    """The rejection of a first attempt the throttle refused, and the ``BudgetExhausted``
+    (reason ``throttled``, 0 attempts: nothing was sent) the client's error is made from."""
+    rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
+    report = ExhaustionReport(
+        attempts=0,
+        affordable=policy.max_attempts(),
+        slept=0.0,
+        elapsed=time.monotonic() - started,
+        budget=policy.max_elapsed,
+        deadline=earliest(ambient_deadline(), policy.deadline),
+        reason=StopReason.THROTTLED,
+        last_exception=rejection,
+    )
+    return rejection, BudgetExhausted(Future.construct(1, rejection, True), report)
+
+
+class _Replayed(BudgetedRetry):
+    """``policy.retry()``'s run of a request whose first attempt the adapter sent, replayed.
+
+    That attempt was admitted before it was sent (the throttle asked, the deposit made),
+    so the run admits nothing of its own; it records the replayed outcome (the adapter
+    records only the outcomes that end a request at once), so each attempt is asked and
+    recorded once. Every retry is decided by the run's stop as in any ``policy.retry()``.
+    """
+
+    def _admit_first(self, name: str, horizon: Horizon) -> None:
+        return None
+
+
 class _Call:
     """One request's run: the request, the caller's options, the latest response."""
 
-    __slots__ = ("first", "options", "received", "request", "returned", "timeout")
+    __slots__ = ("first", "options", "received", "request", "returned", "throttle", "timeout")
 
     def __init__(
         self, request: requests.PreparedRequest, timeout: Any, options: dict[str, Any]
@@ -267,3 +388,4 @@ class _Call:
         self.first: BaseException | requests.Response | None = None
         self.received: requests.Response | None = None
         self.returned: requests.Response | None = None
+        self.throttle: Any = None  # the throttle its attempts ask (and tell), if any
