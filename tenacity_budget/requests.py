@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
-from tenacity import Future, retry_if_exception, retry_if_result
+from tenacity import retry_if_exception, retry_if_result
 
 try:  # the real library: an absolute import, never this module
     import requests
@@ -27,12 +27,20 @@ except ImportError as exc:  # a missing extra, named at import
         "tenacity_budget.requests needs requests: pip install 'tenacity-budget[requests]'"
     ) from exc
 
-from ._clients import exhausted, outcome_hint, retry_cures, retry_frame, run_horizon, time_left
-from ._validate import is_throttle
-from ._validate import throttle as _throttle
-from .context import _frame, ambient_deadline, earliest, remaining
+from ._clients import (
+    check_throttle,
+    exhausted,
+    host_throttle,
+    outcome_hint,
+    rejected_first,
+    retry_cures,
+    retry_frame,
+    run_horizon,
+    time_left,
+)
+from .context import _frame, remaining
 from .decision import admit
-from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
+from .exhaustion import BudgetExhausted
 from .http import _check_methods, _check_statuses, _deadline_senders
 from .retrying import BudgetedRetry
 
@@ -321,44 +329,6 @@ def _tell(throttle: Any, exc: BaseException) -> None:
     interruption (not an ``Exception``) is no answer from the backend, and is not told."""
     if throttle is not None and isinstance(exc, Exception):
         throttle.record(exc)
-
-
-def check_throttle(throttle: Any) -> tuple[Any, Callable[[str], Any] | None]:
-    """``(throttle, None)`` for an adaptive throttle (or ``None``), ``(None, throttle)`` for a
-    callable mapping a request's host to its throttle, checked by the one throttle check.
-
-    Raises:
-        TypeError: for anything else (saying what a throttle is).
-    """
-    checked = _throttle(throttle, per_host=True)
-    if checked is None or is_throttle(checked):
-        return checked, None
-    return None, cast(Callable[[str], Any], checked)
-
-
-def host_throttle(of: Callable[[str], Any], host: str | None) -> Any:
-    """The throttle a ``throttle=`` callable maps ``host`` to (checked: an adaptive one)."""
-    throttle, nested = check_throttle(of(host or ""))
-    if throttle is None or nested is not None:
-        raise TypeError("the throttle callable must return an AdaptiveThrottle")
-    return throttle
-
-
-def rejected_first(throttle: Any, policy: Any, started: float) -> tuple[Throttled, BudgetExhausted]:
-    """The rejection of a first attempt the throttle refused, and the ``BudgetExhausted``
-    (reason ``throttled``, 0 attempts: nothing was sent) the client's error is made from."""
-    rejection = Throttled(getattr(throttle, "name", "default"), throttle.probability)
-    report = ExhaustionReport(
-        attempts=0,
-        affordable=policy.max_attempts(),
-        slept=0.0,
-        elapsed=time.monotonic() - started,
-        budget=policy.max_elapsed,
-        deadline=earliest(ambient_deadline(), policy.deadline),
-        reason=StopReason.THROTTLED,
-        last_exception=rejection,
-    )
-    return rejection, BudgetExhausted(Future.construct(1, rejection, True), report)
 
 
 class _Replayed(BudgetedRetry):
