@@ -157,8 +157,12 @@ def _reduce(error: Any) -> tuple[Any, ...]:
     """How a combined error pickles: its kind, args, fields, attributes and report."""
     state = {k: v for k, v in vars(error).items() if k not in ("last_attempt", "report")}
     report: ExhaustionReport = error.report
-    had_last = report.last_exception is not None
-    detached = replace(report, last_exception=None)
+    last = report.last_exception
+    # The run's last error is this error's original (rebuilt from its fields: its own class
+    # may not pickle), or another the run ended on (a throttle's rejection: kept as it is).
+    kept = last if isinstance(last, Throttled) else None
+    had_last = last is not None and kept is None
+    detached = replace(report, last_exception=kept)
     return (
         _rebuild,
         (error._budget_kind, error.args, _os_fields(error), state, detached, had_last),
@@ -177,8 +181,10 @@ def _rebuild(
     last = _fill(kind, args, fields, state)  # the original error, as the run saw it
     if had_last:
         report = replace(report, last_exception=last)
+    elif report.last_exception is not None:  # the run ended on another: a rejection
+        last = report.last_exception
     error: Any = _fill(_combined(kind), args, fields, state)
-    error.last_attempt = Future.construct(report.attempts, last, True)
+    error.last_attempt = Future.construct(max(1, report.attempts), last, True)
     error.report = report
     return error  # type: ignore[no-any-return]
 

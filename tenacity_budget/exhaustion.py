@@ -163,8 +163,8 @@ class Throttled(Exception):
     """An attempt an adaptive throttle rejected locally: it was never sent.
 
     The ``last_attempt`` of a run the throttle ended (reason ``throttled``) holds it when the
-    rejected attempt was the first; ``throttle`` names the throttle, ``probability`` is the
-    rejection probability it drew against.
+    rejected attempt was the first; ``throttle`` names the throttle, ``probability`` is its
+    rejection probability read right after the rejection (the rejected request counted).
     """
 
     def __init__(self, throttle: str, probability: float) -> None:

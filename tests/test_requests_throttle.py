@@ -355,15 +355,9 @@ def test_every_attempt_is_asked_once_sent_if_admitted_and_recorded_once(
     assert budget.withdrawals == sent - budget.deposits
 
 
-# -- a defect in _clients (another engineer's module) ----------------------------------------
+# -- pickling ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_clients._reduce rebuilds report.last_exception as the error of the client's "
-    "kind (the requests.ConnectionError) instead of keeping what it was (the Throttled "
-    "rejection): a pickled throttled error loses why it was raised",
-)
 def test_a_rejected_first_attempt_pickles_with_its_rejection(server: str) -> None:
     with virtual_clock():
         throttle = twin(seed=1, overloads=10)
@@ -376,3 +370,5 @@ def test_a_rejected_first_attempt_pickles_with_its_rejection(server: str) -> Non
     assert isinstance(again, requests.ConnectionError)
     assert again.report.reason is StopReason.THROTTLED
     assert isinstance(again.report.last_exception, Throttled)
+    assert isinstance(again.last_attempt.exception(), Throttled)
+    assert again.report.attempts == 0
