@@ -188,20 +188,21 @@ class BudgetMiddleware:
         horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
         left = time_left(horizon, self.policy.max_elapsed)
         # The first attempt, inline (a coroutine less on every request): its response, or
-        # the error it raised (an _Unanswered one where the hard stop cut it: no answer).
+        # the error it raised (a timeout where the hard stop cut it: no answer to record).
         watchdog, task = self._admit(request, left)
         first: aiohttp.ClientResponse | Exception
+        answered = True
         try:
             first = await handler(request)
         except asyncio.CancelledError:
             if not watchdog.cut_off(task):
                 raise
-            first = _time_up(left)
+            first, answered = _time_up(left), False
         except Exception as exc:
             first = exc
         finally:
             watchdog.unwatch(task)
-        if throttle is not None and not isinstance(first, _Unanswered):
+        if throttle is not None and answered:
             throttle.record(first)
         if self._final(first, request):  # nothing to retry: the request is one attempt
             if self.budget is not None:
@@ -398,14 +399,11 @@ def _rejected(rejection: Throttled, spent: BudgetExhausted) -> BaseException:
     return exhausted(aiohttp.ClientConnectionError(str(rejection)), spent)
 
 
-class _Unanswered(aiohttp.ServerTimeoutError):
-    """The error of an attempt the hard stop cut: aiohttp's own kind of timeout (the server
-    gave no answer: a throttle is not told)."""
-
-
 def _time_up(left: float) -> aiohttp.ServerTimeoutError:
     """The error of an attempt the hard stop cut: aiohttp's own kind of timeout."""
-    return _Unanswered(f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s")
+    return aiohttp.ServerTimeoutError(
+        f"the run's time is up: the attempt was cut after {max(left, 0.0):.3f} s"
+    )
 
 
 def budget_middleware(
