@@ -14,6 +14,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from aiohttp import web
+
 from tenacity_budget.testing import virtual_clock
 
 T = TypeVar("T")
@@ -143,3 +145,31 @@ class HedgeObserver:
 
     def on_hedge(self, name: str, won: bool) -> None:
         self.hedges.append((name, won))
+
+
+_HEADER = "X-Request-Timeout-Ms"
+
+
+@dataclass
+class SlowFirstServer:
+    """An aiohttp handler for the hedging tests of the HTTP clients: answers ``slow`` after
+    ``latency`` s to an attempt with the whole budget (the first), ``fast`` at once to any
+    other; ``statuses`` (then 200) in the order requests arrive."""
+
+    latency: float = 5.0
+    statuses: list[int] = field(default_factory=list)
+    seen: list[tuple[float, str, str]] = field(default_factory=list)
+    slow_header: str = "10000"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        left = request.headers.get(_HEADER, "")
+        self.seen.append((time.monotonic(), request.method, left))
+        status = self.statuses.pop(0) if self.statuses else 200
+        if left == self.slow_header:
+            await asyncio.sleep(self.latency)
+            return web.Response(status=status, text="slow")
+        return web.Response(status=status, text="fast")
+
+    @property
+    def instants(self) -> list[float]:
+        return [instant for instant, _, _ in self.seen]

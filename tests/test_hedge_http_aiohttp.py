@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -24,7 +24,7 @@ from tenacity_budget import BackoffPolicy, BudgetExhausted, Hedge, RetryBudget, 
 from tenacity_budget.aiohttp import budget_middleware
 from tenacity_budget.exhaustion import Throttled
 from tenacity_budget.testing import virtual_clock
-from tests._hedging import FakeThrottle
+from tests._hedging import FakeThrottle, SlowFirstServer
 
 T = TypeVar("T")
 POLICY = BackoffPolicy(base=0.1, cap=1, max_elapsed=10, jitter="none")
@@ -32,27 +32,8 @@ HEADER = "X-Request-Timeout-Ms"
 
 
 @dataclass
-class Server:
-    """Answers ``slow`` after ``latency`` s to an attempt with the whole budget (the first),
-    ``fast`` at once to any other; ``statuses`` (then 200) in the order requests arrive."""
-
+class Server(SlowFirstServer):
     latency: float = 5.0
-    statuses: list[int] = field(default_factory=list)
-    seen: list[tuple[float, str, str]] = field(default_factory=list)
-    slow_header: str = "10000"
-
-    async def handle(self, request: web.Request) -> web.Response:
-        left = request.headers.get(HEADER, "")
-        self.seen.append((time.monotonic(), request.method, left))
-        status = self.statuses.pop(0) if self.statuses else 200
-        if left == self.slow_header:
-            await asyncio.sleep(self.latency)
-            return web.Response(status=status, text="slow")
-        return web.Response(status=status, text="fast")
-
-    @property
-    def instants(self) -> list[float]:
-        return [instant for instant, _, _ in self.seen]
 
 
 @asynccontextmanager

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -25,7 +25,7 @@ from tenacity_budget import BackoffPolicy, BudgetExhausted, Hedge, RetryBudget, 
 from tenacity_budget.exhaustion import Throttled
 from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport, exhaustion_report
 from tenacity_budget.testing import virtual_clock
-from tests._hedging import FakeThrottle
+from tests._hedging import FakeThrottle, SlowFirstServer
 from tests._servers import respond, serve
 
 T = TypeVar("T")
@@ -34,23 +34,8 @@ HEADER = "X-Request-Timeout-Ms"
 
 
 @dataclass
-class Server:
-    """aiohttp handler: ``slow`` after ``latency`` s to the attempt with the whole budget,
-    ``fast`` at once to any other; ``statuses`` (then 200) in the order requests arrive."""
-
+class Server(SlowFirstServer):
     latency: float = 2.0
-    statuses: list[int] = field(default_factory=list)
-    seen: list[tuple[float, str, str]] = field(default_factory=list)
-    slow_header: str = "10000"
-
-    async def handle(self, request: web.Request) -> web.Response:
-        left = request.headers.get(HEADER, "")
-        self.seen.append((time.monotonic(), request.method, left))
-        status = self.statuses.pop(0) if self.statuses else 200
-        if left == self.slow_header:
-            await asyncio.sleep(self.latency)
-            return web.Response(status=status, text="slow")
-        return web.Response(status=status, text="fast")
 
 
 @asynccontextmanager
