@@ -242,9 +242,9 @@ def test_a_throttle_that_always_rejects_runs_nothing_touches_no_budget_and_dead_
 
 
 def test_each_attempt_asks_the_throttle_first_and_records_what_ran() -> None:
-    """The order, attempt by attempt: the throttle, then (for a run's first attempt sent)
-    the deposit, the body and its outcome recorded, then the retry budget for the retry.
-    A rejected attempt deposits and withdraws nothing."""
+    """The order, attempt by attempt: the throttle, then the retry budget (the deposit of
+    a run's first attempt sent, the withdrawal of a retry), the body and its outcome
+    recorded. A rejected attempt deposits and withdraws nothing."""
     log: list[str] = []
     letters: list[DeadLetter] = []
     answers = [False, True, True, False, True, True, False]  # 7 calls: 6 retries
@@ -253,21 +253,18 @@ def test_each_attempt_asks_the_throttle_first_and_records_what_ran() -> None:
     )
     error = _eager(budget, "mixed", _failing(log)).apply().result
     assert isinstance(error, TaskBudgetExhausted)
-    sent = ["admitted", "ran", "recorded:ConnectionError"]
+    retried = ["admitted", "granted", "ran", "recorded:ConnectionError"]
     assert log == [
         "rejected",
         # the run's first attempt sent deposits its call
         "admitted",
         "deposit",
-        *sent[1:],
-        "granted",
-        *sent,
-        "granted",
-        "rejected",
-        *sent,
-        "granted",
-        *sent,
-        "granted",
+        "ran",
+        "recorded:ConnectionError",
+        *retried,
+        "rejected",  # withdraws nothing: nothing was sent
+        *retried,
+        *retried,
         "rejected",  # the last attempt: rejected, and the time budget is spent (count)
     ]
     (letter,) = letters
