@@ -1321,6 +1321,40 @@ def test_a_throttle_that_admits_runs_every_attempt_and_records_each_outcome(
 
 
 @pytest.mark.celery
+def test_a_throttled_tasks_retry_is_withdrawn_when_it_runs_after_the_throttle(
+    app: Any, start_worker: Callable[..., Worker]
+) -> None:
+    """Issue 18's order, attempt by attempt, in a real worker: the time budget, the
+    throttle, then the retry budget, then the body. The budget (one retry per run) grants
+    the first retry when it runs and refuses the second there: it is not run, and the
+    task is dead-lettered 'retry_budget' one countdown after the failure."""
+    queue, dead = _names()
+    start_worker(queue, dead)
+    result = tb.ordered_task.apply_async(args=(99,), queue=queue)
+    error = _result(result)
+    assert isinstance(error, TaskBudgetExhausted)
+    (letter,), left = _dead_letters(app, dead, 1)
+    assert left == 0
+    assert letter == error.letter
+    assert letter["report"]["reason"] == "retry_budget"
+    assert letter["report"]["attempts"] == 2
+    order = [x.decode() for x in _store().lrange(f"tb:order:{result.id}", 0, -1)]
+    ran = ["recorded:UpstreamError"]
+    assert order == [
+        "admitted",
+        "deposit",
+        *ran,
+        "admitted",
+        "granted",
+        *ran,
+        "admitted",
+        "refused",
+    ]
+    _check_run_log(result.id, 2)  # the refused retry's body never ran
+    assert _countdowns(result.id) == tb.ordered.schedule(result.id)[:2]
+
+
+@pytest.mark.celery
 def test_a_crash_during_the_first_attempt_keeps_the_runs_start_and_its_deposit(
     app: Any, start_worker: Callable[..., Worker]
 ) -> None:

@@ -242,9 +242,9 @@ def test_a_throttle_that_always_rejects_runs_nothing_touches_no_budget_and_dead_
 
 
 def test_each_attempt_asks_the_throttle_first_and_records_what_ran() -> None:
-    """The order, attempt by attempt: the throttle, then (for a run's first attempt sent)
-    the deposit, the body and its outcome recorded, then the retry budget for the retry.
-    A rejected attempt deposits and withdraws nothing."""
+    """The order, attempt by attempt: the throttle, then the retry budget (the deposit of
+    a run's first attempt sent, the withdrawal of a retry), the body and its outcome
+    recorded. A rejected attempt deposits and withdraws nothing."""
     log: list[str] = []
     letters: list[DeadLetter] = []
     answers = [False, True, True, False, True, True, False]  # 7 calls: 6 retries
@@ -253,21 +253,18 @@ def test_each_attempt_asks_the_throttle_first_and_records_what_ran() -> None:
     )
     error = _eager(budget, "mixed", _failing(log)).apply().result
     assert isinstance(error, TaskBudgetExhausted)
-    sent = ["admitted", "ran", "recorded:ConnectionError"]
+    retried = ["admitted", "granted", "ran", "recorded:ConnectionError"]
     assert log == [
         "rejected",
         # the run's first attempt sent deposits its call
         "admitted",
         "deposit",
-        *sent[1:],
-        "granted",
-        *sent,
-        "granted",
-        "rejected",
-        *sent,
-        "granted",
-        *sent,
-        "granted",
+        "ran",
+        "recorded:ConnectionError",
+        *retried,
+        "rejected",  # withdraws nothing: nothing was sent
+        *retried,
+        *retried,
         "rejected",  # the last attempt: rejected, and the time budget is spent (count)
     ]
     (letter,) = letters
@@ -363,3 +360,191 @@ def test_a_retry_arriving_too_late_after_a_rejection_is_given_up_throttled(
     assert letter.report.reason.value == reason
     assert letter.report.attempts == 3
     assert letter.report.last_exception is None  # the late retry never ran
+
+
+# ------------------------------------------------------------------ the retry budget's turn
+
+
+class Counting:
+    """A retry budget answering ``try_withdraw()`` from ``answers`` (the last one repeats),
+    logging every call to ``log`` (shared with a :class:`Script` to see the order)."""
+
+    name = "counting"
+    is_async = False
+
+    def __init__(self, answers: Iterable[bool], log: list[str]) -> None:
+        self.answers = list(answers)
+        self.log = log
+
+    def deposit(self) -> None:
+        self.log.append("deposit")
+
+    def try_withdraw(self) -> bool:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        self.log.append("granted" if answer else "refused")
+        return answer
+
+
+def test_admission_asks_the_retry_budget_last_and_only_once_the_throttle_admits() -> None:
+    policy = BackoffPolicy(base=1, cap=4, max_elapsed=20, attempt_duration=1)
+    log: list[str] = []
+    reason = admit_attempt(
+        policy,
+        started=T0,
+        now=T0,
+        throttle=Script([False], log),
+        grant=Counting([True], log).try_withdraw,
+    )
+    assert (reason, log) == (StopReason.THROTTLED, ["rejected"])  # the budget is not asked
+
+    for granted, expected in ((True, None), (False, StopReason.RETRY_BUDGET)):
+        log = []
+        budget = Counting([granted], log)
+        reason = admit_attempt(
+            policy, started=T0, now=T0, throttle=Script([True], log), grant=budget.try_withdraw
+        )
+        assert reason is expected
+        assert log == ["admitted", "granted" if granted else "refused"]
+
+    log = []
+    almost_spent = T0 + timedelta(seconds=19.5)  # one more 1 s attempt would end past 20 s
+    reason = admit_attempt(
+        policy,
+        started=T0,
+        now=almost_spent,
+        throttle=Script([True], log),
+        grant=Counting([True], log).try_withdraw,
+    )
+    assert (reason, log) == (StopReason.WALL_CLOCK, [])  # the time budget first: none asked
+
+
+def test_with_a_throttle_the_plan_asks_the_time_budget_alone() -> None:
+    """The glue plans a throttled task's retry without its retry budget: a failure is
+    followed by no withdrawal; the retry's own admission makes it."""
+    log: list[str] = []
+    budget = CeleryBudget(
+        POLICY,
+        dead_letter=lambda letter: None,
+        budget=Counting([True], log),
+        throttle=Script([True, False], log),
+    )
+    _eager(budget, "plan_alone", _failing(log)).apply()
+    # The first attempt deposits and fails; its retry is rejected: nothing withdrawn.
+    assert log[:5] == ["admitted", "deposit", "ran", "recorded:ConnectionError", "rejected"]
+    assert "granted" not in log
+
+
+def test_a_retry_the_retry_budget_refuses_when_it_runs_is_dead_lettered_unrun() -> None:
+    log: list[str] = []
+    letters: list[DeadLetter] = []
+    budget = CeleryBudget(
+        POLICY,
+        dead_letter=letters.append,
+        budget=Counting([True, False], log),
+        throttle=Script([True], log),
+    )
+    error = _eager(budget, "refused", _failing(log)).apply().result
+    assert isinstance(error, TaskBudgetExhausted)
+    assert log == [
+        "admitted",
+        "deposit",
+        "ran",
+        "recorded:ConnectionError",
+        "admitted",
+        "granted",
+        "ran",
+        "recorded:ConnectionError",
+        "admitted",
+        "refused",  # not run, not recorded: nothing was sent
+    ]
+    (letter,) = letters
+    assert letter.report.reason is StopReason.RETRY_BUDGET
+    assert letter.report.attempts == 2  # the two attempts that ran
+    assert letter.report.last_exception is None  # the refused retry never ran
+    assert error.letter["report"]["reason"] == "retry_budget"
+    assert "retry budget refused the retry (retry_budget)" in str(error)
+
+
+def test_a_refusal_right_after_a_rejection_is_still_the_retry_budgets() -> None:
+    log: list[str] = []
+    letters: list[DeadLetter] = []
+    budget = CeleryBudget(
+        POLICY,
+        dead_letter=letters.append,
+        budget=Counting([False], log),
+        throttle=Script([True, False, True], log),
+    )
+    _eager(budget, "refused_after_rejection", _failing(log)).apply()
+    assert log == [
+        "admitted",
+        "deposit",
+        "ran",
+        "recorded:ConnectionError",
+        "rejected",
+        "admitted",
+        "refused",
+    ]
+    (letter,) = letters
+    assert letter.report.reason is StopReason.RETRY_BUDGET
+    assert letter.report.attempts == 2
+
+
+_SCRIPTED_LOG: list[str] = []
+_SCRIPTED_LETTERS: list[DeadLetter] = []
+_SCRIPTED_THROTTLE = Script([True], _SCRIPTED_LOG)
+_SCRIPTED_BUDGET = Counting([True], _SCRIPTED_LOG)
+_SCRIPTED: Any = None
+
+
+def _scripted_task() -> Any:
+    """One eager task for every example (its throttle and budget are rescripted each)."""
+    global _SCRIPTED
+    if _SCRIPTED is None:
+        budget = CeleryBudget(
+            POLICY,
+            dead_letter=_SCRIPTED_LETTERS.append,
+            budget=_SCRIPTED_BUDGET,
+            throttle=_SCRIPTED_THROTTLE,
+        )
+        _SCRIPTED = _eager(budget, "scripted", _failing(_SCRIPTED_LOG))
+    return _SCRIPTED
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    throttle=st.lists(st.booleans(), min_size=1, max_size=8),
+    grants=st.lists(st.booleans(), min_size=1, max_size=8),
+)
+def test_withdrawals_are_the_retries_actually_run(throttle: list[bool], grants: list[bool]) -> None:
+    """Whatever the throttle and the retry budget answer, attempt by attempt: the budget
+    is asked only right after the throttle admits an attempt, never for a rejected one;
+    a run's first attempt sent deposits (once) and withdraws nothing; every other attempt
+    run was withdrawn first, so withdrawals granted == retries run; a refusal ends the
+    run there, unrun, with reason ``retry_budget``."""
+    task = _scripted_task()
+    _SCRIPTED_LOG.clear()
+    _SCRIPTED_LETTERS.clear()
+    _SCRIPTED_THROTTLE.answers = list(throttle)
+    _SCRIPTED_BUDGET.answers = list(grants)
+    task.apply()
+    log = list(_SCRIPTED_LOG)
+    (letter,) = _SCRIPTED_LETTERS  # it always fails: every run ends dead-lettered
+
+    asked = [i for i, entry in enumerate(log) if entry in ("deposit", "granted", "refused")]
+    assert all(log[i - 1] == "admitted" for i in asked)  # right after an admission
+    ran = log.count("ran")
+    assert log.count("deposit") == (1 if "admitted" in log else 0)
+    if ran:
+        assert log[log.index("ran") - 1] == "deposit"  # the first attempt sent deposits
+    assert log.count("granted") == max(ran - 1, 0)  # every retry run, and nothing else
+    for i, entry in enumerate(log):
+        if entry == "ran":
+            assert log[i - 1] in ("deposit", "granted")
+    refusals = log.count("refused")
+    assert refusals <= 1
+    if refusals:
+        assert log[-1] == "refused"  # not run: the run ends there
+        assert letter.report.reason is StopReason.RETRY_BUDGET
+    else:
+        assert letter.report.reason in (StopReason.THROTTLED, StopReason.COUNT)
+    assert letter.report.attempts == log.count("admitted") + log.count("rejected") - refusals

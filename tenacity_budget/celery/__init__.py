@@ -238,17 +238,19 @@ class CeleryBudget:
         budget: a retry budget shared by the calls of one dependency: a
             :class:`~tenacity_budget.RetryBudget` (one per worker process) or, fleet-wide,
             a :class:`~tenacity_budget.redis.RedisRetryBudget` on a synchronous Redis
-            client. Each task's first execution deposits one call; each retry the policy
+            client. Each task's first attempt sent deposits one call; each retry the policy
             allows is then withdrawn from it, and a refused one dead-letters the task with
-            reason ``retry_budget``.
+            reason ``retry_budget``. Without a throttle a retry is withdrawn when it is
+            planned (at the failure); with one, when it runs, after the throttle admits it.
         throttle: an adaptive throttle (:class:`~tenacity_budget.AdaptiveThrottle`, or
             fleet-wide :class:`~tenacity_budget.redis.RedisAdaptiveThrottle`). Every
             execution, the first included, asks it once the time budget admits the
-            attempt; a rejected attempt does not run (it makes no deposit or withdrawal in
-            ``budget``) and is retried like a failed one, on the task's schedule within its
-            time budget; the task is dead-lettered with reason ``throttled`` when that time
-            budget is spent after a rejection. The outcome of every attempt that runs (its
-            result, or the exception it raised) is recorded in it.
+            attempt, and before ``budget``; a rejected attempt does not run (it makes no
+            deposit or withdrawal in ``budget``) and is retried like a failed one, on the
+            task's schedule within its time budget; the task is dead-lettered with reason
+            ``throttled`` when that time budget is spent after a rejection. The outcome of
+            every attempt that runs (its result, or the exception it raised) is recorded
+            in it.
 
     Raises:
         TypeError: for a policy that is not a BackoffPolicy, a bad destination or
@@ -360,9 +362,10 @@ class CeleryBudget:
     def _admit(
         self, task: Any, args: tuple[Any, ...], kwargs: Any, run: _Message
     ) -> Throttled | None:
-        """The attempt's admission (the time budget, then the throttle): give the task up
-        if its attempt would end late, return the throttle's rejection, else deposit the
-        run's first attempt sent in the retry budget."""
+        """The attempt's admission (the time budget, the throttle, then, for a retry of a
+        throttled task, the retry budget): give the task up if its attempt would end late
+        or its retry is refused, return the throttle's rejection, else deposit the run's
+        first attempt sent in the retry budget."""
         throttle = self.throttle
         reason = admit_attempt(
             self.policy,
@@ -371,19 +374,23 @@ class CeleryBudget:
             deadline=run.deadline,
             longest=run.longest,
             throttle=None if throttle is None else throttle.admit,
+            grant=self._withdrawal(run),
         )
         if reason is StopReason.THROTTLED:
             assert throttle is not None
             return Throttled(str(getattr(throttle, "name", "default")), throttle.probability)
         if reason is not None:
-            # Too late to finish in time: never run an attempt past the deadline. Right
-            # after rejections, the throttle is what ended the run.
+            # Too late to finish in time (never run an attempt past the deadline), or the
+            # retry budget refused the retry. Right after rejections, a late attempt's run
+            # was ended by the throttle.
+            if run.rejected and reason is not StopReason.RETRY_BUDGET:
+                reason = StopReason.THROTTLED
             report = self._report(
                 attempts=run.retries,
                 slept=run.position.slept,
                 elapsed=(run.now - run.started).total_seconds(),
                 deadline=run.deadline,
-                reason=StopReason.THROTTLED if run.rejected else reason,
+                reason=reason,
                 exc=None,
             )
             self._give_up(task, args, kwargs, report, run.end, None)
@@ -393,6 +400,21 @@ class CeleryBudget:
             # published) was deposited the first time.
             self.budget.deposit()
         return None
+
+    def _withdrawal(self, run: _Message) -> Callable[[], bool] | None:
+        """The retry budget's withdrawal to ask when this attempt runs: with a throttle, a
+        retry is withdrawn when it is sent (after the throttle admits it), not when it is
+        planned; a run's first attempt sent deposits instead (see :meth:`_planned`)."""
+        if self.budget is None or self.throttle is None or run.first_sent:
+            return None
+        return self.budget.try_withdraw
+
+    def _planned(self) -> Callable[[], bool] | None:
+        """The retry budget's withdrawal to ask when a retry is planned: without a throttle
+        only (Finagle's rule, so a refused retry is dead-lettered at once)."""
+        if self.budget is None or self.throttle is not None:
+            return None
+        return self.budget.try_withdraw
 
     def _retry(
         self,
@@ -417,7 +439,7 @@ class CeleryBudget:
             now=datetime.now(UTC),
             deadline=run.deadline,
             longest=longest,
-            grant=None if self.budget is None else self.budget.try_withdraw,
+            grant=self._planned(),
             position=run.position,
             throttled=throttled,
         )

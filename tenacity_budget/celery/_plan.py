@@ -394,7 +394,8 @@ def plan_retry(
     ``countdown`` is ``policy.schedule(seed_for(task_id))[retries]`` and ``attempt`` the
     larger of ``attempt_duration`` and ``longest``. Instants are compared at the
     microsecond resolution of :class:`~datetime.datetime`. A retry budget, when the task
-    has one, is asked only after this plan allows the retry.
+    has one and no throttle, is asked only after this plan allows the retry; with a
+    throttle, it is asked when the retry runs (:func:`admit_attempt`), after the throttle.
 
     Args:
         policy: the budget.
@@ -473,9 +474,10 @@ def admit_attempt(
     deadline: datetime | None = None,
     longest: float = 0.0,
     throttle: _Throttle | Callable[[], bool] | None = None,
+    grant: Callable[[], bool] | None = None,
 ) -> StopReason | None:
     """Why an attempt starting ``now`` must not run: it would end past the run deadline,
-    or the task's throttle rejects it.
+    the task's throttle rejects it, or the retry budget refuses it.
 
     ``None`` admits it. A retry normally starts in time, as its countdown was planned to;
     one that arrives late (redelivered after a worker crash, or held up behind a backlog)
@@ -484,7 +486,9 @@ def admit_attempt(
     ``deadline`` can refuse it), then ``throttle`` (an adaptive throttle, or its
     ``admit``), asked only once the time budget admits the attempt: ``throttled`` when it
     rejects it (the attempt is not run; :func:`plan_retry` with ``throttled=True`` plans
-    what follows).
+    what follows), then ``grant`` (a retry budget's ``try_withdraw``, for a retry of a
+    throttled task: its withdrawal is made when it is sent), asked only once the throttle
+    admits it: ``retry_budget`` when it refuses.
     """
     check_aware(now, "now")
     check_aware(started, "started")
@@ -502,5 +506,6 @@ def admit_attempt(
         now=now,
         deadline=deadline,
         next_attempt=_attempt_estimate(policy, longest),
+        grant=grant,
         throttle=admission,
     )

@@ -200,12 +200,14 @@ class RecordingTask(Task):  # type: ignore[misc]
 class RecordingBudget:
     """A real :class:`~tenacity_budget.RetryBudget`, each call of which is also logged.
 
-    Every deposit and every decision is pushed to ``tb:budget:<task id>`` (the task being
-    run), so the tests count them; the decisions themselves are the wrapped budget's.
+    Every deposit and every decision is pushed to ``<log>:<task id>`` (the task being
+    run; ``tb:budget`` by default), so the tests count them; the decisions themselves are
+    the wrapped budget's.
     """
 
-    def __init__(self, inner: RetryBudget) -> None:
+    def __init__(self, inner: RetryBudget, log: str = "tb:budget") -> None:
         self.inner = inner
+        self.log = log
 
     @property
     def name(self) -> str:
@@ -216,7 +218,7 @@ class RecordingBudget:
         return bool(self.inner.is_async)
 
     def _log(self, what: str) -> None:
-        store().rpush(f"tb:budget:{app.current_worker_task.request.id}", what)
+        store().rpush(f"{self.log}:{app.current_worker_task.request.id}", what)
 
     def deposit(self) -> None:
         self._log("deposit")
@@ -238,12 +240,13 @@ class RecordingThrottle:
     """A real :class:`~tenacity_budget.AdaptiveThrottle`, each call of which is also logged.
 
     Every admission (``admitted``/``rejected``) and every outcome recorded (``recorded:`` and
-    the outcome's type) is pushed to ``tb:throttle:<task id>`` (the task being run); the
-    decisions themselves are the wrapped throttle's.
+    the outcome's type) is pushed to ``<log>:<task id>`` (the task being run;
+    ``tb:throttle`` by default); the decisions themselves are the wrapped throttle's.
     """
 
-    def __init__(self, inner: AdaptiveThrottle) -> None:
+    def __init__(self, inner: AdaptiveThrottle, log: str = "tb:throttle") -> None:
         self.inner = inner
+        self.log = log
 
     @property
     def name(self) -> str:
@@ -254,7 +257,7 @@ class RecordingThrottle:
         return self.inner.probability
 
     def _log(self, what: str) -> None:
-        store().rpush(f"tb:throttle:{app.current_worker_task.request.id}", what)
+        store().rpush(f"{self.log}:{app.current_worker_task.request.id}", what)
 
     def admit(self) -> bool:
         admitted = self.inner.admit()
@@ -347,6 +350,15 @@ admitting = CeleryBudget(
     dead_letter=DEAD_LETTER_QUEUE,
     throttle=RecordingThrottle(AdaptiveThrottle(k=2.0, name="clear")),
 )
+# A throttle that admits every attempt beside a retry budget worth one retry per run, both
+# logging to one list (tb:order:<id>): the order of their calls, attempt by attempt.
+ordered = CeleryBudget(
+    QUICK,
+    retry_on=UpstreamError,
+    dead_letter=DEAD_LETTER_QUEUE,
+    budget=RecordingBudget(RetryBudget(ratio=1.0, min_per_second=0.0, ttl=3600.0), "tb:order"),
+    throttle=RecordingThrottle(AdaptiveThrottle(k=2.0, name="ordered"), "tb:order"),
+)
 crash = CeleryBudget(CRASH, retry_on=UpstreamError, dead_letter=DEAD_LETTER_QUEUE)
 hold = CeleryBudget(
     HOLD,
@@ -378,6 +390,11 @@ def _shed(self: Any, fails: int) -> dict[str, Any]:
 
 def _admitted(self: Any, fails: int) -> dict[str, Any]:
     """As ``tb.flaky``, behind a throttle that admits every attempt."""
+    return _attempt(self, fails)
+
+
+def _ordered(self: Any, fails: int) -> dict[str, Any]:
+    """As ``tb.flaky``, behind a throttle that admits and a retry budget of one retry."""
     return _attempt(self, fails)
 
 
@@ -434,6 +451,7 @@ shed_task: Any = app.task(bind=True, base=RecordingTask, name="tb.shed")(shed(_s
 admitted_task: Any = app.task(bind=True, base=RecordingTask, name="tb.admitted")(
     admitting(_admitted)
 )
+ordered_task: Any = app.task(bind=True, base=RecordingTask, name="tb.ordered")(ordered(_ordered))
 held: Any = app.task(bind=True, base=RecordingTask, name="tb.held")(hold(_held))
 parent: Any = app.task(bind=True, base=RecordingTask, name="tb.parent")(quick(_parent))
 plain: Any = app.task(bind=True, name="tb.plain")(_plain)
