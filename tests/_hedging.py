@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -173,3 +174,19 @@ class SlowFirstServer:
     @property
     def instants(self) -> list[float]:
         return [instant for instant, _, _ in self.seen]
+
+
+@asynccontextmanager
+async def serving(server: SlowFirstServer) -> AsyncIterator[str]:
+    """Serve ``server`` with aiohttp's own server on a free loopback port, in the running
+    loop (the virtual clock's, where the test runs on it); yield its base URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/"
+    finally:
+        await runner.cleanup()

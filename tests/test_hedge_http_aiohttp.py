@@ -24,7 +24,7 @@ from tenacity_budget import BackoffPolicy, BudgetExhausted, Hedge, RetryBudget, 
 from tenacity_budget.aiohttp import budget_middleware
 from tenacity_budget.exhaustion import Throttled
 from tenacity_budget.testing import virtual_clock
-from tests._hedging import FakeThrottle, SlowFirstServer
+from tests._hedging import FakeThrottle, SlowFirstServer, serving
 
 T = TypeVar("T")
 POLICY = BackoffPolicy(base=0.1, cap=1, max_elapsed=10, jitter="none")
@@ -34,20 +34,6 @@ HEADER = "X-Request-Timeout-Ms"
 @dataclass
 class Server(SlowFirstServer):
     latency: float = 5.0
-
-
-@asynccontextmanager
-async def serving(server: Server) -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/"
-    finally:
-        await runner.cleanup()
 
 
 @asynccontextmanager

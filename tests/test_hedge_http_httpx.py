@@ -25,7 +25,7 @@ from tenacity_budget import BackoffPolicy, BudgetExhausted, Hedge, RetryBudget, 
 from tenacity_budget.exhaustion import Throttled
 from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport, exhaustion_report
 from tenacity_budget.testing import virtual_clock
-from tests._hedging import FakeThrottle, SlowFirstServer
+from tests._hedging import FakeThrottle, SlowFirstServer, serving
 from tests._servers import respond, serve
 
 T = TypeVar("T")
@@ -36,20 +36,6 @@ HEADER = "X-Request-Timeout-Ms"
 @dataclass
 class Server(SlowFirstServer):
     latency: float = 2.0
-
-
-@asynccontextmanager
-async def serving(server: Server) -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/"
-    finally:
-        await runner.cleanup()
 
 
 def in_use(transport: AsyncBudgetTransport) -> list[Any]:

@@ -382,7 +382,7 @@ def test_blocking_time_in_a_task_makes_due_timers_fire_late() -> None:
         loop = asyncio.get_running_loop()
         loop.call_later(1, lambda: seen.append(loop.time()))
         clock.advance(5)  # a blocking step: the loop cannot run the timer meanwhile
-        time.sleep(2)  # so is a blocking sleep
+        time.sleep(2)  # so is a blocking sleep (the virtual clock's: allow-sleep)
         await asyncio.sleep(0)
         await asyncio.sleep(0)
 
