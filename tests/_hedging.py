@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from tenacity_budget.testing import virtual_clock
+from tests._servers import aiohttp_serving
 
 T = TypeVar("T")
 
@@ -180,13 +181,5 @@ class SlowFirstServer:
 async def serving(server: SlowFirstServer) -> AsyncIterator[str]:
     """Serve ``server`` with aiohttp's own server on a free loopback port, in the running
     loop (the virtual clock's, where the test runs on it); yield its base URL."""
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/"
-    finally:
-        await runner.cleanup()
+    async with aiohttp_serving(server.handle) as url:
+        yield f"{url}/"

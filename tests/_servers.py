@@ -160,3 +160,25 @@ async def stalled_server() -> AsyncIterator[Stalled]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await server.wait_closed()  # after the connections: Python 3.12 waits for them
+
+
+@asynccontextmanager
+async def aiohttp_serving(handler: Any) -> AsyncIterator[str]:
+    """Serve ``handler`` for every path with aiohttp's own server on a free loopback port,
+    in the running event loop; yield its base URL (no trailing slash)."""
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()

@@ -12,8 +12,6 @@ import pickle
 import socket
 import ssl
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -32,6 +30,7 @@ from tenacity_budget import (
 from tenacity_budget.aiohttp import budget_middleware
 from tenacity_budget.http import retry_after
 from tenacity_budget.testing import VirtualClock
+from tests._servers import aiohttp_serving as serving
 from tests._servers import stalled_server
 
 POLICY = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none")
@@ -53,26 +52,6 @@ class Script:
         if status == 200:
             return web.Response(text="ok")
         return web.Response(status=status, text="no", headers=self.headers)
-
-
-@asynccontextmanager
-async def serving(handler: Any) -> AsyncIterator[str]:
-    """Serve ``handler`` for every path with aiohttp's own server on a free port."""
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        response: web.StreamResponse = await handler(request)
-        return response
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
 
 
 def backoff(clock: VirtualClock) -> list[float]:

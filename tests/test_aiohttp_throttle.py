@@ -27,6 +27,7 @@ from tenacity_budget import (
 from tenacity_budget.aiohttp import budget_middleware
 from tenacity_budget.exhaustion import Throttled
 from tenacity_budget.testing import VirtualClock
+from tests._servers import aiohttp_serving
 
 POLICY = BackoffPolicy(base=1, cap=1, max_elapsed=10, jitter="none")
 
@@ -47,16 +48,8 @@ class Server:
 
 @asynccontextmanager
 async def serving(server: Server) -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/"
-    finally:
-        await runner.cleanup()
+    async with aiohttp_serving(server.handle) as url:
+        yield f"{url}/"
 
 
 def session(**options: Any) -> aiohttp.ClientSession:
