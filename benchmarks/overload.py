@@ -34,7 +34,6 @@ but stamina and k=1.5, plus a ``RedisAdaptiveThrottle`` shared by the 4 processe
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import time
@@ -47,7 +46,7 @@ import tenacity
 from tenacity_budget import AdaptiveThrottle, RetryBudget
 
 from ._common import RESULTS_DIR, command_line, write_results
-from .storm import POLICY, SIM_ORIGIN, SIM_START, CallRecord, Decorate, _SimulatedSelector, _traffic
+from .storm import POLICY, SIM_ORIGIN, SIM_START, CallRecord, Decorate, run_traffic
 
 __all__ = ["CANDIDATES", "OverloadParams", "main", "simulate", "summarise"]
 
@@ -171,20 +170,7 @@ def simulate(name: str, params: OverloadParams) -> tuple[list[CallRecord], Serve
                 raise Overloaded("429 Too Many Requests")
 
         decorated = factory(params)(call)
-        loop = asyncio.SelectorEventLoop(_SimulatedSelector(clock))
-        try:
-            loop.run_until_complete(
-                _traffic(
-                    decorated,
-                    params.calls_per_second,
-                    params.duration,
-                    origin,
-                    records,
-                    time.monotonic,
-                )
-            )
-        finally:
-            loop.close()
+        run_traffic(clock, decorated, params.calls_per_second, params.duration, origin, records)
     return records, server
 
 

@@ -264,6 +264,24 @@ class _SimulatedSelector(selectors.DefaultSelector):
         return super().select(0)
 
 
+def run_traffic(
+    clock: Any,
+    decorated: Callable[[CallRecord], Awaitable[None]],
+    rate: float,
+    duration: float,
+    origin: float,
+    records: list[CallRecord],
+) -> None:
+    """Run :func:`_traffic` to its end on an event loop over ``clock`` (the simulated one)."""
+    loop = asyncio.SelectorEventLoop(_SimulatedSelector(clock))
+    try:
+        loop.run_until_complete(
+            _traffic(decorated, rate, duration, origin, records, time.monotonic)
+        )
+    finally:
+        loop.close()
+
+
 async def _traffic(
     decorated: Callable[[CallRecord], Awaitable[None]],
     rate: float,
@@ -317,20 +335,7 @@ def simulate(name: str, params: StormParams) -> list[CallRecord]:
                 raise Down("the dependency is down")
 
         decorated = factory(params)(dependency)
-        loop = asyncio.SelectorEventLoop(_SimulatedSelector(clock))
-        try:
-            loop.run_until_complete(
-                _traffic(
-                    decorated,
-                    params.calls_per_second,
-                    params.duration,
-                    origin,
-                    records,
-                    time.monotonic,
-                )
-            )
-        finally:
-            loop.close()
+        run_traffic(clock, decorated, params.calls_per_second, params.duration, origin, records)
     return records
 
 
