@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import tenacity
 from tenacity import RetryCallState, RetryError
 
+from ._loop import AsyncLoop, Loop
 from ._terms import HasTerms, terms_of
 from ._validate import throttle as check_throttle
 from .context import _HORIZON as _HORIZON
@@ -35,7 +36,7 @@ from .decision import admit, awithdraw, cut, cut_reason
 from .exhaustion import BudgetExhausted, ExhaustionReport, StopReason, Throttled
 from .instrumentation._protocols import RetryObserver as RetryObserver
 from .solver import add_compensated
-from .state import RunState, observe_cut, prepare, run_state, stopped_by, tag
+from .state import RunState, observe_cut, run_state, stopped_by, tag
 from .strategies import DeadlineSource, RetryAfter, stop_budget, wait_budget
 
 __all__: list[str] = []  # the observer protocol lives in instrumentation
@@ -301,11 +302,11 @@ class BudgetedRetry:
 
     # -- one call -------------------------------------------------------------------------
 
-    def _begin_call(self, retrying: tenacity.BaseRetrying) -> Horizon:
-        """The record and ambient frame of a call starting now (remaining() reads them)."""
+    def _begin_call(self) -> Horizon:
+        """The ambient frame of a call starting now, its run's record as ``run`` (remaining()
+        reads them; the loop hands the record to the run before its first attempt)."""
         terms = self.terms
         record = RunState(terms.budget, terms.affordable)
-        prepare(retrying, record)
         outer = current_horizon()
         # The run's frame of its deadlines: without an enclosing frame or a deadline read
         # per call, the decorator's one frame of its fixed deadlines serves every call.
@@ -415,9 +416,10 @@ class BudgetedRetry:
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` (sync or async)."""
-        # One controller, copied per call: tenacity's own @retry shares one statistics dict
-        # between concurrent calls of a function and crashes with KeyError when threads
-        # race on it (jd/tenacity#701). A copy per call keeps each run's state its own.
+        # One controller for every call, its loop keeping each run's state in the call
+        # (its RetryCallState, record and statistics dict): tenacity's own @retry shares one
+        # statistics dict between concurrent calls and can crash with KeyError when threads
+        # race on it (jd/tenacity#701).
         is_async = inspect.iscoroutinefunction(fn)
         if self.hedge is not None:
             return self._hedged(fn)
@@ -432,10 +434,8 @@ class BudgetedRetry:
                 f"{_callback_name(fn)} is a sync function but the retry budget is asyncio "
                 "(an asyncio Redis client): use a sync client, or decorate a coroutine function"
             )
-        controller: tenacity.BaseRetrying = (
-            tenacity.AsyncRetrying(**self._retrying_kwargs)
-            if is_async
-            else tenacity.Retrying(**self._retrying_kwargs)
+        controller: Any = (
+            AsyncLoop(**self._retrying_kwargs) if is_async else Loop(**self._retrying_kwargs)
         )
         observers = self.observers
         name = _callback_name(fn)
@@ -449,18 +449,17 @@ class BudgetedRetry:
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                retrying = controller.copy()
-                horizon = self._begin_call(retrying)
+                horizon = self._begin_call()
                 token = _enter(horizon)
                 try:
                     for observer in observers:
                         observer.on_call(name)
                     if admits:
                         self._admit_first(name, horizon)
-                    attrs.statistics = _seed_statistics(retrying)
-                    result = await retrying(target, *args, **kwargs)
+                    stats = attrs.statistics = {}
+                    result = await controller.run(target, args, kwargs, stats, horizon.run)
                     for observer in observers:
-                        observer.on_success(name, retrying.statistics.get("attempt_number", 1))
+                        observer.on_success(name, stats.get("attempt_number", 1))
                     return result
                 finally:
                     _leave(horizon, token)
@@ -470,18 +469,17 @@ class BudgetedRetry:
 
             @functools.wraps(fn)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                retrying = controller.copy()
-                horizon = self._begin_call(retrying)
+                horizon = self._begin_call()
                 token = _enter(horizon)
                 try:
                     for observer in observers:
                         observer.on_call(name)
                     if admits:
                         self._admit_first(name, horizon)
-                    attrs.statistics = _seed_statistics(retrying)
-                    result = retrying(target, *args, **kwargs)
+                    stats = attrs.statistics = {}
+                    result = controller.run(target, args, kwargs, stats, horizon.run)
                     for observer in observers:
-                        observer.on_success(name, retrying.statistics.get("attempt_number", 1))
+                        observer.on_success(name, stats.get("attempt_number", 1))
                     return result
                 finally:
                     _leave(horizon, token)
@@ -528,7 +526,7 @@ class BudgetedRetry:
         return cast(F, hedged)
 
     def _hard_wrapper(
-        self, fn: Callable[..., Any], controller: tenacity.BaseRetrying, name: str, admits: bool
+        self, fn: Callable[..., Any], controller: AsyncLoop, name: str, admits: bool
     ) -> Callable[..., Any]:
         """``fn`` run under one timer per run (``hard_deadline``): armed at the run's end
         while an attempt runs, disarmed while it sleeps (the stop admitted the sleep to
@@ -540,21 +538,20 @@ class BudgetedRetry:
 
         @functools.wraps(fn)
         async def hard_wrapper(*args: Any, **kwargs: Any) -> Any:
-            retrying = controller.copy()
             started = time.monotonic()
-            horizon = self._begin_call(retrying)
+            horizon = self._begin_call()
             token = _enter(horizon)
             try:
                 for observer in observers:
                     observer.on_call(name)
                 if admits:
                     self._admit_first(name, horizon)
-                attrs.statistics = _seed_statistics(retrying)
+                stats = attrs.statistics = {}
                 left = horizon.left()  # armed for the first attempt, which rarely moves it
                 timer = horizon.timer = asyncio.timeout(None if left == math.inf else left)
                 try:
                     async with timer:
-                        result = await retrying(target, *args, **kwargs)
+                        result = await controller.run(target, args, kwargs, stats, horizon.run)
                 except TimeoutError as exc:
                     if not timer.expired():
                         raise
@@ -564,7 +561,7 @@ class BudgetedRetry:
                 except AttemptTimedOut as exc:
                     return self._timed_out(name, horizon, started, exc)
                 for observer in observers:
-                    observer.on_success(name, retrying.statistics.get("attempt_number", 1))
+                    observer.on_success(name, stats.get("attempt_number", 1))
                 return result
             finally:
                 _leave(horizon, token)
@@ -585,18 +582,6 @@ class BudgetedRetry:
             **{k: v for k, v in changes.items() if k not in self._options},
         }
         return BudgetedRetry(policy, tenacity_kwargs=tenacity_kwargs, **options)(fn)
-
-
-def _seed_statistics(retrying: tenacity.BaseRetrying) -> dict[str, Any]:
-    """A new statistics dict for a per-call controller, set as tenacity's own ``@retry``
-    seeds its per-call copy: read through the property, a fresh copy's statistics are made
-    by raising and catching an AttributeError, the dearest step of a first try."""
-    stats: dict[str, Any] = {}
-    local = getattr(retrying, "_local", None)  # tenacity 9 keeps them per thread there
-    if local is None:
-        return retrying.statistics
-    local.statistics = stats
-    return stats
 
 
 def _recorded(fn: Callable[..., Any], throttle: Any, is_async: bool) -> Callable[..., Any]:

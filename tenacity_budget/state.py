@@ -118,27 +118,15 @@ def run_state(source: RetryCallState | Future) -> RunState | None:
     return record
 
 
-def prepare(retrying: object, record: RunState) -> None:
-    """Hand ``record`` to the next run of ``retrying`` (a per-call tenacity controller).
-
-    ``policy.retry()`` builds each call's record before tenacity builds the call's
-    ``RetryCallState``, so that :func:`~tenacity_budget.remaining` works from the first
-    attempt on; the run's first :func:`begin` adopts it.
-    """
-    setattr(retrying, _ATTR, record)
-
-
 def begin(retry_state: RetryCallState, budget: float, affordable: int) -> RunState:
     """The record of the run of ``retry_state``, created on the run's first use.
 
-    A record prepared for this call (:func:`prepare`) is adopted; otherwise a new one is
-    made with the given budget figures.
+    A record the run was given (``policy.retry()`` sets it before the first attempt) is
+    kept; otherwise a new one is made with the given budget figures.
     """
     record: RunState | None = getattr(retry_state, _ATTR, None)
     if record is None:
-        record = getattr(retry_state.retry_object, _ATTR, None)
-        if record is None or record.observed:
-            record = RunState(budget, affordable)
+        record = RunState(budget, affordable)
         setattr(retry_state, _ATTR, record)
     return record
 

@@ -1,0 +1,186 @@
+"""The straight attempt loop (``_loop``) behaves exactly as tenacity's own controllers.
+
+Each test runs one scripted function under tenacity's ``Retrying``/``AsyncRetrying`` and
+under ``Loop``/``AsyncLoop`` with the same arguments, and compares everything a user can
+see: the hooks' calls in order (with the attempt, sleep and outcome each saw), the sleeps,
+the result or error, and the statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import tenacity
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tenacity_budget._loop import AsyncLoop, Loop
+
+# An attempt's outcome: a value returned, or an exception class raised.
+OUTCOMES = st.lists(
+    st.sampled_from(["ok", "again", ValueError, KeyError, tenacity.TryAgain]),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _script(outcomes: list[Any]) -> Callable[[], Any]:
+    """A function returning or raising the next outcome (the last one repeats)."""
+    calls = [0]
+
+    def fn() -> Any:
+        outcome = outcomes[min(calls[0], len(outcomes) - 1)]
+        calls[0] += 1
+        if isinstance(outcome, type):
+            raise outcome(f"attempt {calls[0]}")
+        return outcome
+
+    return fn
+
+
+def _seen(log: list[tuple[Any, ...]], name: str) -> Callable[[tenacity.RetryCallState], None]:
+    def hook(rs: tenacity.RetryCallState) -> None:
+        outcome = rs.outcome
+        what = None
+        if outcome is not None:
+            what = type(outcome.exception()) if outcome.failed else outcome.result()
+        log.append((name, rs.attempt_number, rs.upcoming_sleep, rs.idle_for, what))
+
+    return hook
+
+
+def _options(log: list[tuple[Any, ...]], draw: dict[str, Any]) -> dict[str, Any]:
+    sleeps: list[float] = []
+    log.append(("sleeps", sleeps))
+    options: dict[str, Any] = {
+        "stop": tenacity.stop_after_attempt(draw["attempts"]),
+        "wait": tenacity.wait_incrementing(start=1, increment=2),
+        "retry": tenacity.retry_if_exception_type(ValueError)
+        | tenacity.retry_if_result(lambda r: r == "again"),
+        "sleep": sleeps.append,
+        "before": _seen(log, "before"),
+        "after": _seen(log, "after"),
+        "reraise": draw["reraise"],
+        "enabled": draw["enabled"],
+    }
+    if draw["before_sleep"]:
+        options["before_sleep"] = _seen(log, "before_sleep")
+    if draw["callback"]:
+        options["retry_error_callback"] = lambda rs: ("gave up", rs.attempt_number)
+    return options
+
+
+def _ended(call: Callable[[], Any]) -> tuple[Any, ...]:
+    try:
+        return ("returned", call())
+    except tenacity.RetryError as exc:
+        return ("retry error", type(exc), exc.last_attempt.attempt_number)
+    except Exception as exc:
+        return ("raised", type(exc), str(exc))
+
+
+def _stats(controller: tenacity.BaseRetrying) -> dict[str, Any]:
+    stats = dict(controller.statistics)
+    stats.pop("start_time", None)  # a clock reading each
+    stats.pop("delay_since_first_attempt", None)
+    return stats
+
+
+DRAWS = st.fixed_dictionaries(
+    {
+        "attempts": st.integers(1, 5),
+        "reraise": st.booleans(),
+        "enabled": st.booleans(),
+        "before_sleep": st.booleans(),
+        "callback": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(outcomes=OUTCOMES, draw=DRAWS)
+def test_the_sync_loop_is_tenacity_s_retrying(outcomes: list[Any], draw: dict[str, Any]) -> None:
+    runs = []
+    for kind in (tenacity.Retrying, Loop):
+        log: list[tuple[Any, ...]] = []
+        controller = kind(**_options(log, draw))
+        ended = _ended(lambda c=controller: c(_script(outcomes)))
+        runs.append((ended, log, _stats(controller)))
+    assert runs[0] == runs[1]
+
+
+def _async_options(
+    log: list[tuple[Any, ...]], draw: dict[str, Any], awaited: bool
+) -> dict[str, Any]:
+    options = _options(log, draw)
+    sleeps = options.pop("sleep").__self__
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    options["sleep"] = sleep
+    if awaited:  # every hook a coroutine function, as AsyncRetrying allows
+        for name in ("before", "after", "before_sleep", "retry_error_callback"):
+            if name in options:
+                options[name] = _awaited(options[name])
+        options["retry"] = _awaited(options["retry"])
+        options["stop"] = _awaited(options["stop"])
+        options["wait"] = _awaited(options["wait"])
+    return options
+
+
+def _awaited(hook: Callable[..., Any]) -> Callable[..., Any]:
+    async def hook_async(rs: tenacity.RetryCallState) -> Any:
+        return hook(rs)
+
+    return hook_async
+
+
+@settings(max_examples=200, deadline=None)
+@given(outcomes=OUTCOMES, draw=DRAWS, awaited=st.booleans(), coroutine=st.booleans())
+def test_the_async_loop_is_tenacity_s_async_retrying(
+    outcomes: list[Any], draw: dict[str, Any], awaited: bool, coroutine: bool
+) -> None:
+    runs = []
+    for kind in (tenacity.AsyncRetrying, AsyncLoop):
+        log: list[tuple[Any, ...]] = []
+        controller = kind(**_async_options(log, draw, awaited))
+        fn = _script(outcomes)
+
+        async def fn_async(fn: Callable[[], Any] = fn) -> Any:
+            return fn()
+
+        target = fn_async if coroutine else fn
+
+        async def run(c: Any = controller, target: Any = target) -> Any:
+            return await c(target)
+
+        ended = _ended(lambda run=run: asyncio.run(run()))
+        runs.append((ended, log, _stats(controller)))
+    assert runs[0] == runs[1]
+
+
+def test_one_loop_serves_concurrent_runs_each_with_its_own_statistics() -> None:
+    loop = Loop(stop=tenacity.stop_after_attempt(3), sleep=lambda s: None)
+    inner_stats: dict[str, Any] = {}
+    outer_stats: dict[str, Any] = {}
+
+    def inner() -> str:
+        return "inner"
+
+    def outer() -> str:
+        # A run of the same controller inside a run of it (recursion, another thread).
+        assert loop.run(inner, (), {}, inner_stats) == "inner"
+        return "outer"
+
+    assert loop.run(outer, (), {}, outer_stats) == "outer"
+    assert inner_stats["attempt_number"] == outer_stats["attempt_number"] == 1
+
+
+@pytest.mark.parametrize("kind", [Loop, AsyncLoop])
+def test_copies_keep_the_straight_loop(kind: type[tenacity.BaseRetrying]) -> None:
+    # retry_with() and copy() make a controller of the same class.
+    assert type(kind().copy(stop=tenacity.stop_after_attempt(2))) is kind
