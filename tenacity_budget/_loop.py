@@ -46,6 +46,9 @@ def _start(
     stats["attempt_number"] = 1
     stats["idle_for"] = 0
     stats["delay_since_first_attempt"] = 0
+    # What a hook reading ``retry_state.retry_object.statistics`` finds, as under tenacity's
+    # per-call copy (here per thread: the latest run of this controller in the thread).
+    controller._local.statistics = stats
     retry_state = RetryCallState(controller, fn, args, kwargs)
     if record is not None:
         setattr(retry_state, RECORD_ATTR, record)

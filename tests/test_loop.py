@@ -184,3 +184,25 @@ def test_one_loop_serves_concurrent_runs_each_with_its_own_statistics() -> None:
 def test_copies_keep_the_straight_loop(kind: type[tenacity.BaseRetrying]) -> None:
     # retry_with() and copy() make a controller of the same class.
     assert type(kind().copy(stop=tenacity.stop_after_attempt(2))) is kind
+
+
+def test_a_hook_reads_the_run_s_statistics_through_its_retry_object() -> None:
+    from tenacity_budget import BackoffPolicy
+
+    seen: list[int] = []
+    policy = BackoffPolicy(base=0.01, cap=0.01, max_elapsed=60, jitter="none")
+    calls = [0]
+
+    @policy.retry(
+        sleep=lambda s: None,
+        before_sleep=lambda rs: seen.append(rs.retry_object.statistics["attempt_number"]),
+    )
+    def flaky() -> str:
+        calls[0] += 1
+        if calls[0] < 3:
+            raise ValueError("transient")
+        return "ok"
+
+    assert flaky() == "ok"
+    assert seen == [2, 3]  # tenacity counts the coming attempt before before_sleep
+    assert flaky.statistics["attempt_number"] == 3  # type: ignore[attr-defined]
