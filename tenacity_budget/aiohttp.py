@@ -25,6 +25,7 @@ from tenacity import Future, retry_if_exception, retry_if_result
 try:  # the real library: an absolute import, never this module
     import aiohttp
     from aiohttp import payload as _payload
+    from multidict import istr
 except ImportError as exc:  # a missing extra, named at import
     raise ImportError(
         "tenacity_budget.aiohttp needs aiohttp: pip install 'tenacity-budget[aiohttp]'"
@@ -156,7 +157,12 @@ class BudgetMiddleware:
                 else isinstance(outcome, aiohttp.ClientResponse) and outcome.status in statuses
             ),
         )
-        self._senders = _deadline_senders(deadline_header, deadline_headers)
+        # Case-insensitive names made once (aiohttp's headers are a CIMultiDict, which
+        # folds a plain str on every write).
+        self._senders = tuple(
+            (istr(name), format_left)
+            for name, format_left in _deadline_senders(deadline_header, deadline_headers)
+        )
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
