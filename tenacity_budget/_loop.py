@@ -154,7 +154,7 @@ class AsyncLoop(tenacity.AsyncRetrying):
     """``tenacity.AsyncRetrying`` with the attempt loop written straight (same semantics):
     a hook or strategy that is a coroutine callable is awaited, as tenacity does."""
 
-    _awaits: tuple[object, tuple[bool, ...]] | None = None
+    _awaits: tuple[object, tuple[bool, ...], object] | None = None
 
     async def __call__(  # type: ignore[override]
         self, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -169,7 +169,8 @@ class AsyncLoop(tenacity.AsyncRetrying):
         cached = self._awaits
         if cached is None or cached[0] != key:
             awaited = tuple(h is not None and is_coroutine_callable(h) for h in hooks)
-            cached = self._awaits = (key, awaited)
+            # The hooks are kept with their ids, so no other object can take an id over.
+            cached = self._awaits = (key, awaited, hooks)
         return cached[1]
 
     async def run(

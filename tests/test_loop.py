@@ -206,3 +206,21 @@ def test_a_hook_reads_the_run_s_statistics_through_its_retry_object() -> None:
     assert flaky() == "ok"
     assert seen == [2, 3]  # tenacity counts the coming attempt before before_sleep
     assert flaky.statistics["attempt_number"] == 3  # type: ignore[attr-defined]
+
+
+def test_an_async_loop_follows_a_strategy_replaced_between_runs() -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    loop = AsyncLoop(stop=tenacity.stop_after_attempt(2), wait=tenacity.wait_fixed(1), sleep=sleep)
+    fails = _script([ValueError, "ok"])
+    assert asyncio.run(loop(fails)) == "ok"
+
+    async def wait_async(rs: tenacity.RetryCallState) -> float:
+        return 2.0
+
+    loop.wait = wait_async  # now a coroutine function: awaited, as AsyncRetrying would
+    assert asyncio.run(loop(_script([ValueError, "ok"]))) == "ok"
+    assert slept == [1.0, 2.0]
