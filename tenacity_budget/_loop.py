@@ -4,35 +4,76 @@
 their loop written as one straight pass per attempt, as Polly's retry strategy is: the
 attempt, then its outcome asked tenacity's questions in tenacity's order (``retry``,
 ``after``, ``wait``, ``stop``, ``before_sleep``), each once. Hooks and strategies see the
-same ``RetryCallState`` and statistics as under tenacity; what goes is the per-attempt list
-of action closures and, through :meth:`Loop.run`, the copy of the controller per call.
+same ``RetryCallState`` and statistics as under tenacity, and a per-call view of the
+controller as ``retry_object`` (tenacity's copy per call, made without rebuilding it); what
+goes is the per-attempt list of action closures.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Generator
+from typing import Any, NoReturn, TypeVar
 
 import tenacity
-from tenacity import RetryAction, RetryCallState, TryAgain, after_nothing, before_nothing
+from tenacity import (
+    DoSleep,
+    RetryAction,
+    RetryCallState,
+    TryAgain,
+    after_nothing,
+    before_nothing,
+)
 from tenacity._utils import is_coroutine_callable
 
 from .exhaustion import RECORD_ATTR
 
 __all__: list[str] = []  # internal: BudgetedRetry's controllers
 
-_NOOPS = (before_nothing, after_nothing)
+C = TypeVar("C", bound="_PerCall")
 
 
 def _hook(hook: Callable[[RetryCallState], Any] | None) -> Callable[[RetryCallState], Any] | None:
     """``hook``, or ``None`` where calling it would do nothing (tenacity's own no-ops)."""
-    return None if hook is None or hook in _NOOPS else hook
+    return None if hook is None or hook is before_nothing or hook is after_nothing else hook
+
+
+class _PerCall:
+    """What both loops share: a view of the controller per call, and its statistics.
+
+    A run's ``retry_state.retry_object`` is the view: a hook that reads its ``statistics``
+    finds the run's own, and one that changes it (``rs.retry_object.stop = ...``) changes
+    that run only, as under tenacity's copy of the controller per call.
+    """
+
+    _run_statistics: dict[str, Any] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Whether a hook is a coroutine callable, by id (the hook kept with its answer, so
+        # no other object can take its id over); shared with every view of this controller.
+        self._coroutines: dict[int, tuple[object, bool]] = {}
+
+    @property
+    def statistics(self) -> dict[str, Any]:
+        """The statistics of this view's run (tenacity's per-thread ones on the controller)."""
+        stats = self._run_statistics
+        if stats is not None:
+            return stats
+        shared: dict[str, Any] = super().statistics  # type: ignore[misc]
+        return shared
+
+    def _view(self: C, stats: dict[str, Any]) -> C:
+        """This controller for one run: the same attributes, the run's statistics."""
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view._run_statistics = stats
+        return view
 
 
 def _start(
-    controller: tenacity.BaseRetrying,
+    view: tenacity.BaseRetrying,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -46,44 +87,33 @@ def _start(
     stats["attempt_number"] = 1
     stats["idle_for"] = 0
     stats["delay_since_first_attempt"] = 0
-    # What a hook reading ``retry_state.retry_object.statistics`` finds, as under tenacity's
-    # per-call copy (here per thread: the latest run of this controller in the thread).
-    controller._local.statistics = stats
-    retry_state = RetryCallState(controller, fn, args, kwargs)
+    retry_state = RetryCallState(view, fn, args, kwargs)
     if record is not None:
         setattr(retry_state, RECORD_ATTR, record)
     return retry_state
 
 
-def _failed(retry_state: RetryCallState) -> bool:
-    """Record the exception being handled as the attempt's outcome; whether the retry
-    predicate is to be asked (not for an explicit ``TryAgain``)."""
-    exc_info = sys.exc_info()
-    retry_state.set_exception(exc_info)  # type: ignore[arg-type]
-    return not isinstance(exc_info[1], TryAgain)
-
-
-def _allowed(retry_state: RetryCallState, stats: dict[str, Any]) -> float:
+def _allowed(retry_state: RetryCallState, stats: dict[str, Any]) -> DoSleep:
     """tenacity's bookkeeping of a retry the stop allowed; the sleep to take."""
     delay = retry_state.upcoming_sleep
     retry_state.next_action = RetryAction(delay)
     retry_state.idle_for += delay
     stats["idle_for"] += delay
     stats["attempt_number"] += 1
-    return delay
+    return DoSleep(delay)
 
 
-def _error(controller: tenacity.BaseRetrying, retry_state: RetryCallState) -> NoReturn:
+def _error(view: tenacity.BaseRetrying, retry_state: RetryCallState) -> NoReturn:
     """tenacity's end of a run its stop ended without a ``retry_error_callback``."""
     outcome = retry_state.outcome
     assert outcome is not None
-    error = controller.retry_error_cls(outcome)
-    if controller.reraise:
+    error = view.retry_error_cls(outcome)
+    if view.reraise:
         error.reraise()
     raise error from outcome.exception()
 
 
-class Loop(tenacity.Retrying):
+class Loop(_PerCall, tenacity.Retrying):
     """``tenacity.Retrying`` with the attempt loop written straight (same semantics)."""
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -100,30 +130,33 @@ class Loop(tenacity.Retrying):
         """Run ``fn`` to its end, keeping tenacity's statistics in ``stats``.
 
         One controller serves concurrent calls: every fact of the run lives in the call's
-        ``RetryCallState`` (its ``retry_object`` is this controller), ``stats`` and
-        ``record`` (the run's record, set on the ``RetryCallState`` before the first attempt).
+        ``RetryCallState``, its view of this controller, ``stats`` and ``record`` (the run's
+        record, set on the ``RetryCallState`` before the first attempt).
         """
         if not self.enabled:
             return fn(*args, **kwargs)
-        retry_state = _start(self, fn, args, kwargs, stats, record)
-        before, retry = _hook(self.before), self.retry
-        while True:
+        view = self._view(stats)
+        retry_state = _start(view, fn, args, kwargs, stats, record)
+        while True:  # every hook read at its turn, as tenacity reads them
+            before = _hook(view.before)
             if before is not None:
                 before(retry_state)
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
-                if _failed(retry_state) and not retry(retry_state):
-                    return retry_state.outcome.result()  # type: ignore[union-attr]  # raises
+                exc_info = sys.exc_info()
+                retry_state.set_exception(exc_info)  # type: ignore[arg-type]
+                explicit = isinstance(exc_info[1], TryAgain)
             else:
                 retry_state.set_result(result)
-                if not retry(retry_state):
-                    return result
-            if self._stops(retry_state, stats):
-                if self.retry_error_callback:
-                    return self.retry_error_callback(retry_state)
-                _error(self, retry_state)
-            self.sleep(self._sleep(retry_state, stats))
+                explicit = False
+            if not explicit and not view.retry(retry_state):  # asked outside the except
+                return retry_state.outcome.result()  # type: ignore[union-attr]  # or raises
+            if view._stops(retry_state, stats):
+                if view.retry_error_callback:
+                    return view.retry_error_callback(retry_state)
+                _error(view, retry_state)
+            view.sleep(view._sleep(retry_state, stats))
 
     def _stops(self, retry_state: RetryCallState, stats: dict[str, Any]) -> bool:
         """A failed attempt to retry: ``after``, the wait, then the stop's decision."""
@@ -134,7 +167,7 @@ class Loop(tenacity.Retrying):
         stats["delay_since_first_attempt"] = retry_state.seconds_since_start
         return bool(self.stop(retry_state))
 
-    def _sleep(self, retry_state: RetryCallState, stats: dict[str, Any]) -> float:
+    def _sleep(self, retry_state: RetryCallState, stats: dict[str, Any]) -> DoSleep:
         """The retry the stop allowed: its bookkeeping and ``before_sleep``; the sleep."""
         delay = _allowed(retry_state, stats)
         if self.before_sleep is not None:
@@ -150,28 +183,27 @@ async def _once(
     return await fn(*args, **kwargs) if is_async else fn(*args, **kwargs)
 
 
-class AsyncLoop(tenacity.AsyncRetrying):
+class _Ready:
+    """An awaitable of a value already there: ``await`` gives it back, with no coroutine."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.value
+        yield  # a generator: returns at once
+
+
+class AsyncLoop(_PerCall, tenacity.AsyncRetrying):
     """``tenacity.AsyncRetrying`` with the attempt loop written straight (same semantics):
     a hook or strategy that is a coroutine callable is awaited, as tenacity does."""
-
-    _awaits: tuple[object, tuple[bool, ...], object] | None = None
 
     async def __call__(  # type: ignore[override]
         self, fn: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> Any:
         return await self.run(fn, args, kwargs, self.statistics)
-
-    def _awaited(self) -> tuple[bool, ...]:
-        """Which of before, after, before_sleep, retry, wait and stop are awaited (as
-        tenacity decides it: a coroutine callable), worked out once per set of them."""
-        hooks = (self.before, self.after, self.before_sleep, self.retry, self.wait, self.stop)
-        key = tuple(map(id, hooks))
-        cached = self._awaits
-        if cached is None or cached[0] != key:
-            awaited = tuple(h is not None and is_coroutine_callable(h) for h in hooks)
-            # The hooks are kept with their ids, so no other object can take an id over.
-            cached = self._awaits = (key, awaited, hooks)
-        return cached[1]
 
     async def run(
         self,
@@ -185,56 +217,50 @@ class AsyncLoop(tenacity.AsyncRetrying):
         is_async = is_coroutine_callable(fn)
         if not self.enabled:
             return await _once(fn, args, kwargs, is_async)
-        retry_state = _start(self, fn, args, kwargs, stats, record)
-        awaited = self._awaited()
-        before: Any = _hook(self.before)
-        retry: Any = self.retry
-        while True:
+        view = self._view(stats)
+        retry_state = _start(view, fn, args, kwargs, stats, record)
+        while True:  # every hook read at its turn, as tenacity reads them
+            before = _hook(view.before)
             if before is not None:
-                done = before(retry_state)
-                if awaited[0]:
-                    await done
+                await view._ask(before, retry_state)
             try:
                 result = await fn(*args, **kwargs) if is_async else fn(*args, **kwargs)
             except BaseException:
-                asked = _failed(retry_state)
+                exc_info = sys.exc_info()
+                retry_state.set_exception(exc_info)  # type: ignore[arg-type]
+                explicit = isinstance(exc_info[1], TryAgain)
             else:
                 retry_state.set_result(result)
-                asked = True
-            if asked:
-                again = retry(retry_state)
-                if not (await again if awaited[3] else again):
-                    # The result, or the exception raised again (as tenacity does).
-                    return retry_state.outcome.result()  # type: ignore[union-attr]
-            if await self._stops(retry_state, stats, awaited):
-                return await self._give_up(retry_state)
-            await self.sleep(await self._sleep(retry_state, stats, awaited))  # type: ignore[misc]
+                explicit = False
+            if not explicit and not await view._ask(view.retry, retry_state):
+                return retry_state.outcome.result()  # type: ignore[union-attr]  # or raises
+            if await view._stops(retry_state, stats):
+                return await view._give_up(retry_state)
+            await view.sleep(await view._sleep(retry_state, stats))  # type: ignore[misc]
 
-    async def _stops(
-        self, retry_state: RetryCallState, stats: dict[str, Any], awaited: tuple[bool, ...]
-    ) -> bool:
+    def _ask(self, hook: Callable[[RetryCallState], Any], retry_state: RetryCallState) -> Any:
+        """``hook(retry_state)``, as an awaitable: awaited where tenacity awaits it (a
+        coroutine callable), else its value wrapped without a coroutine of its own."""
+        entry = self._coroutines.get(id(hook))
+        if entry is None or entry[0] is not hook:
+            entry = self._coroutines[id(hook)] = (hook, is_coroutine_callable(hook))
+        value = hook(retry_state)
+        return value if entry[1] else _Ready(value)
+
+    async def _stops(self, retry_state: RetryCallState, stats: dict[str, Any]) -> bool:
         """:meth:`Loop._stops`, each of ``after``, the wait and the stop awaited if need be."""
-        after: Any = _hook(self.after)
+        after = _hook(self.after)
         if after is not None:
-            done = after(retry_state)
-            if awaited[1]:
-                await done
-        wait: Any = self.wait(retry_state)
-        retry_state.upcoming_sleep = await wait if awaited[4] else wait
+            await self._ask(after, retry_state)
+        retry_state.upcoming_sleep = await self._ask(self.wait, retry_state)
         stats["delay_since_first_attempt"] = retry_state.seconds_since_start
-        stop: Any = self.stop(retry_state)
-        return bool(await stop if awaited[5] else stop)
+        return bool(await self._ask(self.stop, retry_state))
 
-    async def _sleep(
-        self, retry_state: RetryCallState, stats: dict[str, Any], awaited: tuple[bool, ...]
-    ) -> float:
+    async def _sleep(self, retry_state: RetryCallState, stats: dict[str, Any]) -> DoSleep:
         """:meth:`Loop._sleep`, ``before_sleep`` awaited if need be."""
         delay = _allowed(retry_state, stats)
-        before_sleep: Any = self.before_sleep
-        if before_sleep is not None:
-            done = before_sleep(retry_state)
-            if awaited[2]:
-                await done
+        if self.before_sleep is not None:
+            await self._ask(self.before_sleep, retry_state)
         retry_state.prepare_for_next_attempt()
         return delay
 
@@ -244,5 +270,4 @@ class AsyncLoop(tenacity.AsyncRetrying):
         callback = self.retry_error_callback
         if not callback:
             _error(self, retry_state)
-        value = callback(retry_state)
-        return await value if is_coroutine_callable(callback) else value
+        return await self._ask(callback, retry_state)

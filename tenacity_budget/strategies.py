@@ -280,7 +280,8 @@ class stop_budget(stop_base):
         self._deadline_ts = terms.deadline_ts
         self._frame = Horizon(None, wall_end=terms.deadline_ts)
         # Set by compose() (policy.retry): the user's stop, the retry budget's withdrawal,
-        # and whether the controller is a per-call copy (no shared statistics to repair).
+        # and whether to repair tenacity's shared statistics (policy.retry's loop keeps
+        # each call's statistics its own: nothing to repair there).
         self._other: Any = None
         self._grant: Callable[[], bool] | None = None
         self._throttle: Callable[[], bool] | None = None

@@ -9,6 +9,7 @@ the result or error, and the statistics.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -53,21 +54,39 @@ def _seen(log: list[tuple[Any, ...]], name: str) -> Callable[[tenacity.RetryCall
 
 
 def _options(log: list[tuple[Any, ...]], draw: dict[str, Any]) -> dict[str, Any]:
-    sleeps: list[float] = []
+    sleeps: list[Any] = []
     log.append(("sleeps", sleeps))
+    retry = tenacity.retry_if_exception_type(ValueError) | tenacity.retry_if_result(
+        lambda r: r == "again"
+    )
+
+    def retried(rs: tenacity.RetryCallState) -> bool:
+        # The predicate may raise, and sees whatever exception is being handled (none).
+        log.append(("retry", rs.attempt_number, sys.exc_info()[0]))
+        if rs.attempt_number == draw["raise_at"]:
+            raise LookupError("the predicate failed")
+        return retry(rs)
+
     options: dict[str, Any] = {
         "stop": tenacity.stop_after_attempt(draw["attempts"]),
         "wait": tenacity.wait_incrementing(start=1, increment=2),
-        "retry": tenacity.retry_if_exception_type(ValueError)
-        | tenacity.retry_if_result(lambda r: r == "again"),
-        "sleep": sleeps.append,
+        "retry": retried,
+        "sleep": lambda seconds: sleeps.append((type(seconds).__name__, seconds)),
         "before": _seen(log, "before"),
         "after": _seen(log, "after"),
         "reraise": draw["reraise"],
         "enabled": draw["enabled"],
     }
     if draw["before_sleep"]:
-        options["before_sleep"] = _seen(log, "before_sleep")
+        seen = _seen(log, "before_sleep")
+
+        def before_sleep(rs: tenacity.RetryCallState) -> None:
+            seen(rs)
+            if rs.attempt_number == draw["give_up_at"]:  # a hook changing its controller
+                rs.retry_object.retry = tenacity.retry_never
+                rs.retry_object.before = _seen(log, "before, replaced")
+
+        options["before_sleep"] = before_sleep
     if draw["callback"]:
         options["retry_error_callback"] = lambda rs: ("gave up", rs.attempt_number)
     return options
@@ -78,8 +97,8 @@ def _ended(call: Callable[[], Any]) -> tuple[Any, ...]:
         return ("returned", call())
     except tenacity.RetryError as exc:
         return ("retry error", type(exc), exc.last_attempt.attempt_number)
-    except Exception as exc:
-        return ("raised", type(exc), str(exc))
+    except Exception as exc:  # with what it was raised during or from
+        return ("raised", type(exc), str(exc), type(exc.__context__), type(exc.__cause__))
 
 
 def _stats(controller: tenacity.BaseRetrying) -> dict[str, Any]:
@@ -96,6 +115,8 @@ DRAWS = st.fixed_dictionaries(
         "enabled": st.booleans(),
         "before_sleep": st.booleans(),
         "callback": st.booleans(),
+        "raise_at": st.integers(0, 4),  # 0: the predicate never raises
+        "give_up_at": st.integers(0, 4),  # 0: no hook changes the controller
     }
 )
 
@@ -116,10 +137,10 @@ def _async_options(
     log: list[tuple[Any, ...]], draw: dict[str, Any], awaited: bool
 ) -> dict[str, Any]:
     options = _options(log, draw)
-    sleeps = options.pop("sleep").__self__
+    sync_sleep = options.pop("sleep")
 
     async def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
+        sync_sleep(seconds)
 
     options["sleep"] = sleep
     if awaited:  # every hook a coroutine function, as AsyncRetrying allows
@@ -224,3 +245,33 @@ def test_an_async_loop_follows_a_strategy_replaced_between_runs() -> None:
     loop.wait = wait_async  # now a coroutine function: awaited, as AsyncRetrying would
     assert asyncio.run(loop(_script([ValueError, "ok"]))) == "ok"
     assert slept == [1.0, 2.0]
+
+
+def test_concurrent_tasks_each_see_their_own_run_through_retry_object() -> None:
+    from tenacity_budget import BackoffPolicy
+
+    seen: list[tuple[str, int, int]] = []
+    policy = BackoffPolicy(base=0.01, cap=0.01, max_elapsed=60, jitter="none")
+
+    async def no_sleep(seconds: float) -> None:
+        await asyncio.sleep(0)  # lets the other task run between attempts
+
+    def note(rs: tenacity.RetryCallState) -> None:
+        stats = rs.retry_object.statistics
+        seen.append((rs.args[0], rs.attempt_number, stats["attempt_number"]))
+        rs.retry_object.stop = tenacity.stop_never  # this run's own controller only
+
+    @policy.retry(sleep=no_sleep, before_sleep=note)
+    async def flaky(tag: str, fails: list[int]) -> str:
+        if fails[0]:
+            fails[0] -= 1
+            raise ValueError(tag)
+        return tag
+
+    async def both() -> list[str]:
+        return list(await asyncio.gather(flaky("A", [3]), flaky("B", [1])))
+
+    assert asyncio.run(both()) == ["A", "B"]
+    # Each hook saw its own run's count (tenacity counts the coming attempt first).
+    assert sorted(seen) == [("A", 1, 2), ("A", 2, 3), ("A", 3, 4), ("B", 1, 2)]
+    assert flaky.retry.stop is not tenacity.stop_never  # type: ignore[attr-defined]
