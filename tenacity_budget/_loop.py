@@ -49,12 +49,6 @@ class _PerCall:
 
     _run_statistics: dict[str, Any] | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Whether a hook is a coroutine callable, by id (the hook kept with its answer, so
-        # no other object can take its id over); shared with every view of this controller.
-        self._coroutines: dict[int, tuple[object, bool]] = {}
-
     @property
     def statistics(self) -> dict[str, Any]:
         """The statistics of this view's run (tenacity's per-thread ones on the controller)."""
@@ -91,6 +85,14 @@ def _start(
     if record is not None:
         setattr(retry_state, RECORD_ATTR, record)
     return retry_state
+
+
+def _raised(retry_state: RetryCallState) -> bool:
+    """Record the exception being handled as the attempt's outcome; whether it is an
+    explicit ``TryAgain`` (retried without asking the retry predicate)."""
+    exc_info = sys.exc_info()
+    retry_state.set_exception(exc_info)  # type: ignore[arg-type]
+    return isinstance(exc_info[1], TryAgain)
 
 
 def _allowed(retry_state: RetryCallState, stats: dict[str, Any]) -> DoSleep:
@@ -144,9 +146,7 @@ class Loop(_PerCall, tenacity.Retrying):
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
-                exc_info = sys.exc_info()
-                retry_state.set_exception(exc_info)  # type: ignore[arg-type]
-                explicit = isinstance(exc_info[1], TryAgain)
+                explicit = _raised(retry_state)
             else:
                 retry_state.set_result(result)
                 explicit = False
@@ -200,6 +200,12 @@ class AsyncLoop(_PerCall, tenacity.AsyncRetrying):
     """``tenacity.AsyncRetrying`` with the attempt loop written straight (same semantics):
     a hook or strategy that is a coroutine callable is awaited, as tenacity does."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Whether a hook is a coroutine callable, by id (the hook kept with its answer, so
+        # no other object can take its id over); shared with every view of this controller.
+        self._coroutines: dict[int, tuple[object, bool]] = {}
+
     async def __call__(  # type: ignore[override]
         self, fn: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> Any:
@@ -226,9 +232,7 @@ class AsyncLoop(_PerCall, tenacity.AsyncRetrying):
             try:
                 result = await fn(*args, **kwargs) if is_async else fn(*args, **kwargs)
             except BaseException:
-                exc_info = sys.exc_info()
-                retry_state.set_exception(exc_info)  # type: ignore[arg-type]
-                explicit = isinstance(exc_info[1], TryAgain)
+                explicit = _raised(retry_state)
             else:
                 retry_state.set_result(result)
                 explicit = False

@@ -417,9 +417,9 @@ class BudgetedRetry:
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` (sync or async)."""
         # One controller for every call, its loop keeping each run's state in the call
-        # (its RetryCallState, record and statistics dict): tenacity's own @retry shares one
-        # statistics dict between concurrent calls and can crash with KeyError when threads
-        # race on it (jd/tenacity#701).
+        # (its RetryCallState, view of the controller, record and statistics dict):
+        # tenacity's own @retry shares one statistics dict between concurrent calls and can
+        # crash with KeyError when threads race on it (jd/tenacity#701).
         is_async = inspect.iscoroutinefunction(fn)
         if self.hedge is not None:
             return self._hedged(fn)
