@@ -53,6 +53,9 @@ def earliest(*deadlines: datetime | None) -> datetime | None:
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
+_INF = math.inf  # read by Horizon.left() before every retry (the clocks are looked up
+# each time: the virtual clock patches them on the time module)
+
 
 def utc_instant(timestamp: float) -> datetime | None:
     """The aware UTC instant of ``timestamp`` (epoch seconds); never raises.
@@ -129,10 +132,10 @@ class Horizon:
 
     def left(self) -> float:
         """Seconds until the earliest end (may be negative; ``inf`` without an end)."""
-        left = math.inf
-        if self.mono_end != math.inf:
+        left = _INF
+        if self.mono_end != _INF:
             left = self.mono_end - time.monotonic()
-        if self.wall_end != math.inf:
+        if self.wall_end != _INF:
             wall = self.wall_end - time.time()
             if wall < left:
                 left = wall

@@ -79,6 +79,8 @@ def decide(
             return StopReason.WALL_CLOCK
         if need > until_deadline:
             return StopReason.DEADLINE
+    if other is None and throttle is None and grant is None:  # the plain case: no call
+        return None
     return _asked(other, throttle, grant)
 
 

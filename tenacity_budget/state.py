@@ -144,38 +144,35 @@ def observe(
     the sleep taken before this attempt, as the caller knows it exactly, and ``through``
     the compensated sum through it when the caller already computed it (its decision
     did); when earlier attempts went unobserved (a budget stop on the right of ``&``,
-    say), the sleeps are read from tenacity's own (uncompensated) total instead.
+    say), the sleeps are read from tenacity's own (uncompensated) total instead. The
+    attempt is linked to the record by whoever may end the run on it (:func:`tag`).
 
     Every duration is a difference of tenacity's own monotonic readings (attempt ends and
     the run's start), so they share one clock whatever patches time in tests.
     """
     attempt = retry_state.attempt_number
-    if record.observed == attempt:
-        return
     end = retry_state.outcome_timestamp
     if end is None:
         end = time.monotonic()
-    last_end = record.last_end
-    if record.observed == attempt - 1:
+    start = retry_state.start_time
+    observed = record.observed
+    if observed == attempt - 1:
         # This attempt's duration: after a sleep it began no earlier than the end of the
         # previous attempt plus the sleep.
-        took = end - retry_state.start_time if last_end is None else end - last_end - previous_sleep
+        last_end = record.last_end
+        took = end - start if last_end is None else end - last_end - previous_sleep
         if took > record.longest:
             record.longest = took
-        if through is not None:
-            record.slept, record.slept_error = through
-        else:
-            record.slept, record.slept_error = add_compensated(
-                record.slept, record.slept_error, previous_sleep
-            )
+        if through is None:
+            through = add_compensated(record.slept, record.slept_error, previous_sleep)
+        record.slept, record.slept_error = through
+    elif observed == attempt:
+        return
     else:
         record.slept, record.slept_error = retry_state.idle_for, 0.0
     record.observed = record.attempts = attempt
     record.last_end = end
-    record.elapsed = end - retry_state.start_time
-    outcome = retry_state.outcome
-    if outcome is not None:
-        setattr(outcome, _ATTR, record)  # tag(), inline: this runs after every attempt
+    record.elapsed = end - start
     # The run's latest reason is about the latest decision only.
     record.reason = None
 
@@ -196,9 +193,10 @@ def observe_cut(record: RunState, elapsed: float) -> None:
     record.elapsed = elapsed
 
 
-def tag(attempt: Future, record: RunState) -> None:
+def tag(attempt: Future | None, record: RunState) -> None:
     """Link an attempt's ``Future`` to its run's record (what :func:`run_state` reads)."""
-    setattr(attempt, _ATTR, record)
+    if attempt is not None:
+        setattr(attempt, _ATTR, record)
 
 
 def stopped_by(retry_state: RetryCallState, reason: StopReason) -> None:

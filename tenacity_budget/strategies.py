@@ -33,7 +33,7 @@ from .decision import decide
 from .exhaustion import RECORD_ATTR
 from .jitter import jitter_for
 from .solver import add_compensated
-from .state import RunState, begin, observe, run_state
+from .state import RunState, begin, observe, run_state, tag
 
 __all__: list[str] = []  # every public name here is the package's (tenacity_budget)
 
@@ -62,16 +62,15 @@ _RECORD = RECORD_ATTR
 
 
 class _WaitRun:
-    """What a wait remembers of one run: its randomness and whether it observes.
+    """What a wait remembers of one run: its randomness and the decorrelated chain.
 
     No reference back to the record (which holds this): a cycle would outlive the run
     until the garbage collector finds it.
     """
 
-    __slots__ = ("observes", "previous", "rng")
+    __slots__ = ("previous", "rng")
 
-    def __init__(self, observes: bool, rng: random.Random | None) -> None:
-        self.observes = observes
+    def __init__(self, rng: random.Random | None) -> None:
         self.rng = rng
         self.previous = 0.0  # the previous wait (the decorrelated chain)
 
@@ -114,45 +113,57 @@ class wait_budget(wait_base):
         self.seed = seed
         self.retry_after = retry_after
         terms = self.terms = terms_of(policy)
-        self._affordable = terms.affordable
         self._delays = terms.delays
-        self._drawn = terms.jitter != "none"
+        self._base = terms.base
+        # Retries whose delay is drawn (none without jitter); a run of its own (a generator,
+        # the decorrelated chain) only where a seed or the jitter mode needs one.
+        self._drawn = terms.affordable if terms.jitter != "none" else 0
+        self._per_run = seed is not None or terms.jitter == "decorrelated"
         self._jitter = jitter_for(terms.jitter)
 
     def __repr__(self) -> str:
         return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
 
-    def _start(self, retry_state: RetryCallState) -> RunState:
+    def _run(self, retry_state: RetryCallState, observes: bool) -> _WaitRun:
+        """The run's own randomness and chain, and, where the budget stop may not be asked
+        after this attempt (``observes``), the attempt measured and linked to the record."""
         terms = self.terms
         record = begin(retry_state, terms.budget, terms.affordable)
-        rng = random.Random(self.seed) if self.seed is not None else self.rng
-        record._wait = _WaitRun(not _asks_budget_first(retry_state.retry_object.stop), rng)
-        return record
+        run: _WaitRun | None = record._wait
+        if run is None:
+            rng = random.Random(self.seed) if self.seed is not None else self.rng
+            run = record._wait = _WaitRun(rng)
+        if observes and record.observed != retry_state.attempt_number:
+            # upcoming_sleep still holds the sleep just taken (this wait replaces it).
+            observe(retry_state, record, retry_state.upcoming_sleep)
+            tag(retry_state.outcome, record)
+        return run
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        record: RunState | None = getattr(retry_state, _RECORD, None)
-        if record is None or record._wait is None:
-            record = self._start(retry_state)
-        run: _WaitRun = record._wait
-        # Asked first after every attempt (tenacity waits, then stops), before the wait of
-        # this retry replaces it: upcoming_sleep still holds the sleep just taken. Where the
-        # budget stop will be asked anyway, it observes, and this costs nothing.
-        if run.observes and record.observed != retry_state.attempt_number:
-            observe(retry_state, record, retry_state.upcoming_sleep)
+        # Asked first after every attempt (tenacity waits, then stops). Where the budget
+        # stop is asked first anyway, it measures the attempt and a plain wait keeps no
+        # state of the run: the delay is a table read and one draw.
+        stop = retry_state.retry_object.stop
+        observes = type(stop) is not stop_budget and not _asks_budget_first(stop)
+        run = self._run(retry_state, observes) if observes or self._per_run else None
         if _TESTING.attempts is not None:
             return 0.0
         if self.retry_after is not None:
             dictated = self._dictated(retry_state)
             if dictated is not None:
-                run.previous = dictated
+                if run is not None:
+                    run.previous = dictated
                 return dictated
         index = retry_state.attempt_number - 1
-        delay = self._delays[index] if index < len(self._delays) else self.terms.delay(index)
-        if not self._drawn or index >= self._affordable:
+        delays = self._delays
+        delay = delays[index] if index < len(delays) else self.terms.delay(index)
+        if index >= self._drawn:
             # Past the affordable retries the budget stop ends the run anyway: draw nothing,
             # so a shared generator's stream stays exactly policy.waits() run after run.
             return delay
-        wait = run.previous = self._jitter(delay, run.previous, self.terms.base, run.rng)
+        if run is None:
+            return self._jitter(delay, 0.0, self._base, self.rng)
+        wait = run.previous = self._jitter(delay, run.previous, self._base, run.rng)
         return wait
 
     def _dictated(self, retry_state: RetryCallState) -> float | None:
@@ -234,16 +245,17 @@ class _StopRun:
 
     Attributes:
         decided: the attempt of the latest decision.
-        slept, slept_error: the compensated sum through the sleep that decision allowed,
-            which the next observation takes over instead of adding that sleep again.
+        through: the compensated sum ``(total, error)`` through the sleep that decision
+            allowed, which the next observation takes over instead of adding that sleep
+            again (``None`` before the first decision).
         statistics: the shared tenacity statistics dict to repair (``None``: nothing).
     """
 
-    __slots__ = ("decided", "slept", "slept_error", "statistics")
+    __slots__ = ("decided", "statistics", "through")
 
     def __init__(self, statistics: dict[str, object] | None) -> None:
         self.decided = 0
-        self.slept = self.slept_error = 0.0
+        self.through: tuple[float, float] | None = None
         self.statistics = statistics
 
 
@@ -332,7 +344,7 @@ class stop_budget(stop_base):
             record.horizon = self._frame if plain else Horizon(horizon, wall_end=wall_end)
         else:  # prepared by policy.retry() with its fixed deadlines: add the callable's
             record.horizon.tighten(wall_end=wall_end)
-        record.deadline = earliest(own, horizon.deadline() if horizon is not None else None)
+        record.deadline = own if horizon is None else earliest(own, horizon.deadline())
         record.resolved = True
         statistics = _tenacity_statistics(retry_state) if self._repair else None
         record._stop = _StopRun(statistics)
@@ -347,19 +359,18 @@ class stop_budget(stop_base):
         run: _StopRun = record._stop
         attempt = retry_state.attempt_number
         if record.observed != attempt:
-            through = (run.slept, run.slept_error) if run.decided == attempt - 1 > 0 else None
+            through = run.through if run.decided == attempt - 1 else None
             observe(retry_state, record, record.upcoming_sleep, through)
+            setattr(retry_state.outcome, _RECORD, record)  # tag(): the attempt may end the run
         sleep = record.upcoming_sleep = retry_state.upcoming_sleep
-        total, error = run.slept, run.slept_error = add_compensated(
-            record.slept, record.slept_error, sleep
-        )
+        through = run.through = add_compensated(record.slept, record.slept_error, sleep)
         run.decided = attempt
         longest = record.longest
         reason = record.reason = decide(
             attempt,
             self._affordable,
             sleep,
-            total + error,
+            through[0] + through[1],
             record.elapsed,
             self._duration if self._duration > longest else longest,
             self._budget,
