@@ -62,15 +62,17 @@ _RECORD = RECORD_ATTR
 
 
 class _WaitRun:
-    """What a wait remembers of one run: its randomness and the decorrelated chain.
+    """What a wait remembers of one run: its randomness, the decorrelated chain, and whether
+    it observes the attempts (the budget stop may not be asked after each).
 
     No reference back to the record (which holds this): a cycle would outlive the run
     until the garbage collector finds it.
     """
 
-    __slots__ = ("previous", "rng")
+    __slots__ = ("observes", "previous", "rng")
 
-    def __init__(self, rng: random.Random | None) -> None:
+    def __init__(self, observes: bool, rng: random.Random | None) -> None:
+        self.observes = observes
         self.rng = rng
         self.previous = 0.0  # the previous wait (the decorrelated chain)
 
@@ -124,28 +126,30 @@ class wait_budget(wait_base):
     def __repr__(self) -> str:
         return f"<wait_budget {self.policy!r} seed={self.seed!r}>"
 
-    def _run(self, retry_state: RetryCallState, observes: bool) -> _WaitRun:
-        """The run's own randomness and chain, and, where the budget stop may not be asked
-        after this attempt (``observes``), the attempt measured and linked to the record."""
-        terms = self.terms
-        record = begin(retry_state, terms.budget, terms.affordable)
-        run: _WaitRun | None = record._wait
-        if run is None:
+    def _run(self, retry_state: RetryCallState) -> _WaitRun:
+        """The run's own randomness and chain and, where the budget stop may not be asked
+        after each attempt, the attempt just ended measured and linked to the record."""
+        record: RunState | None = getattr(retry_state, _RECORD, None)
+        if record is None or record._wait is None:
+            terms = self.terms
+            record = begin(retry_state, terms.budget, terms.affordable)
             rng = random.Random(self.seed) if self.seed is not None else self.rng
-            run = record._wait = _WaitRun(rng)
-        if observes and record.observed != retry_state.attempt_number:
+            observes = not _asks_budget_first(retry_state.retry_object.stop)
+            record._wait = _WaitRun(observes, rng)
+        run: _WaitRun = record._wait
+        if run.observes and record.observed != retry_state.attempt_number:
             # upcoming_sleep still holds the sleep just taken (this wait replaces it).
             observe(retry_state, record, retry_state.upcoming_sleep)
             tag(retry_state.outcome, record)
         return run
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        # Asked first after every attempt (tenacity waits, then stops). Where the budget
-        # stop is asked first anyway, it measures the attempt and a plain wait keeps no
-        # state of the run: the delay is a table read and one draw.
-        stop = retry_state.retry_object.stop
-        observes = type(stop) is not stop_budget and not _asks_budget_first(stop)
-        run = self._run(retry_state, observes) if observes or self._per_run else None
+        # Asked first after every attempt (tenacity waits, then stops). Under a bare budget
+        # stop, which measures every attempt itself, a plain wait keeps no state of the
+        # run: the delay is a table read and one draw.
+        run = None
+        if self._per_run or type(retry_state.retry_object.stop) is not stop_budget:
+            run = self._run(retry_state)
         if _TESTING.attempts is not None:
             return 0.0
         if self.retry_after is not None:
