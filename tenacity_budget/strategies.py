@@ -365,7 +365,6 @@ class stop_budget(stop_base):
         if record.observed != attempt:
             through = run.through if run.decided == attempt - 1 else None
             observe(retry_state, record, record.upcoming_sleep, through)
-            setattr(retry_state.outcome, _RECORD, record)  # tag(): the attempt may end the run
         sleep = record.upcoming_sleep = retry_state.upcoming_sleep
         through = run.through = add_compensated(record.slept, record.slept_error, sleep)
         run.decided = attempt
@@ -384,6 +383,10 @@ class stop_budget(stop_base):
             self._grant,
             self._throttle,
         )
+        if reason is not None or retry_state.retry_object.stop is not self:
+            # tag(): the attempt this stop ends the run on, or, with another stop beside
+            # it, any attempt (that stop may end the run without asking this one).
+            setattr(retry_state.outcome, _RECORD, record)
         stats = run.statistics
         if stats is not None and ("idle_for" not in stats or "attempt_number" not in stats):
             _repair_statistics(stats, retry_state)
