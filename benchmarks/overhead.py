@@ -348,9 +348,11 @@ def build_end_to_end(k: int) -> dict[str, Callable[[], object]]:
     return candidates
 
 
-def retry_state(attempt: int = 5, upcoming_sleep: float = 1.0) -> RetryCallState:
-    """A retry state as a stop strategy sees it: attempt ``attempt`` just failed."""
-    state = RetryCallState(Retrying(sleep=noop_sleep), fn=None, args=(), kwargs={})
+def retry_state(attempt: int = 5, upcoming_sleep: float = 1.0, stop: Any = None) -> RetryCallState:
+    """A retry state as a stop strategy sees it: attempt ``attempt`` just failed, in a run
+    whose controller has ``stop`` (tenacity's ``stop_never`` by default)."""
+    controller = Retrying(sleep=noop_sleep, stop=tenacity.stop_never if stop is None else stop)
+    state = RetryCallState(controller, fn=None, args=(), kwargs={})
     state.attempt_number = attempt
     try:
         raise ValueError("transient")
@@ -381,6 +383,7 @@ def build_strategies() -> dict[str, Callable[[], object]]:
         'wait: ours jitter="full", seed=': _policy("full").wait(seed=7),
         'wait: ours jitter="equal"': _policy("equal").wait(),
         'wait: ours jitter="decorrelated"': _policy("decorrelated").wait(),
+        'wait: ours jitter="full", beside another stop': _policy("full").wait(),
     }
     stops: dict[str, Any] = {
         "stop: tenacity stop_never": tr.stop_never,
@@ -392,7 +395,15 @@ def build_strategies() -> dict[str, Callable[[], object]]:
     }
     candidates: dict[str, Callable[[], object]] = {}
     for name, strategy in {**waits, **stops}.items():
-        state = retry_state()
+        # Each of our strategies runs as it is built to: a stop as the run's stop, a wait
+        # under its policy's stop (which measures the attempts); the "beside another stop"
+        # row under tenacity's stop_never, where the wait measures each attempt itself.
+        if name.startswith("stop: ours"):
+            state = retry_state(stop=strategy)
+        elif name.startswith("wait: ours") and not name.endswith("another stop"):
+            state = retry_state(stop=strategy.policy.stop())
+        else:
+            state = retry_state()
         strategy(state)  # the first call creates per-run state; time the steady state
 
         def call(strategy: Any = strategy, state: RetryCallState = state) -> object:
