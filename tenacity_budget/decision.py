@@ -79,7 +79,7 @@ def decide(
             return StopReason.WALL_CLOCK
         if need > until_deadline:
             return StopReason.DEADLINE
-    if other is None and throttle is None and grant is None:  # the plain case: no call
+    if other is throttle is grant is None:  # none of the three given: no call to make
         return None
     return _asked(other, throttle, grant)
 
