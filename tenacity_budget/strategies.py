@@ -65,16 +65,21 @@ class _WaitRun:
     """What a wait remembers of one run: its randomness, the decorrelated chain, and whether
     it observes the attempts (the budget stop may not be asked after each).
 
-    No reference back to the record (which holds this): a cycle would outlive the run
-    until the garbage collector finds it.
+    Each wait of the run (``policy.wait() + other.wait()``) has its own, chained through
+    ``next``. No reference back to the record (which holds this): a cycle would outlive
+    the run until the garbage collector finds it.
     """
 
-    __slots__ = ("observes", "previous", "rng")
+    __slots__ = ("next", "observes", "owner", "previous", "rng")
 
-    def __init__(self, observes: bool, rng: random.Random | None) -> None:
+    def __init__(
+        self, owner: object, observes: bool, rng: random.Random | None, next_run: _WaitRun | None
+    ) -> None:
+        self.owner = owner
         self.observes = observes
         self.rng = rng
         self.previous = 0.0  # the previous wait (the decorrelated chain)
+        self.next = next_run
 
 
 class wait_budget(wait_base):
@@ -129,14 +134,15 @@ class wait_budget(wait_base):
     def _run(self, retry_state: RetryCallState) -> _WaitRun:
         """The run's own randomness and chain and, where the budget stop may not be asked
         after each attempt, the attempt just ended measured and linked to the record."""
-        record: RunState | None = getattr(retry_state, _RECORD, None)
-        if record is None or record._wait is None:
-            terms = self.terms
-            record = begin(retry_state, terms.budget, terms.affordable)
+        terms = self.terms
+        record = begin(retry_state, terms.budget, terms.affordable)
+        run: _WaitRun | None = record._wait
+        while run is not None and run.owner is not self:
+            run = run.next
+        if run is None:
             rng = random.Random(self.seed) if self.seed is not None else self.rng
             observes = not _asks_budget_first(retry_state.retry_object.stop)
-            record._wait = _WaitRun(observes, rng)
-        run: _WaitRun = record._wait
+            run = record._wait = _WaitRun(self, observes, rng, record._wait)
         if run.observes and record.observed != retry_state.attempt_number:
             # upcoming_sleep still holds the sleep just taken (this wait replaces it).
             observe(retry_state, record, retry_state.upcoming_sleep)
@@ -383,10 +389,10 @@ class stop_budget(stop_base):
             self._grant,
             self._throttle,
         )
-        if reason is not None or retry_state.retry_object.stop is not self:
-            # tag(): the attempt this stop ends the run on, or, with another stop beside
-            # it, any attempt (that stop may end the run without asking this one).
-            setattr(retry_state.outcome, _RECORD, record)
+        if reason is not None or getattr(retry_state.retry_object, "stop", None) is not self:
+            # The attempt this stop ends the run on or, with another stop beside it, any
+            # attempt (that stop may end the run without asking this one).
+            tag(retry_state.outcome, record)
         stats = run.statistics
         if stats is not None and ("idle_for" not in stats or "attempt_number" not in stats):
             _repair_statistics(stats, retry_state)

@@ -250,6 +250,35 @@ def test_shared_rng_draws_only_from_that_rng(mode: JitterMode) -> None:
     assert random.random() == random.Random(5).random()
 
 
+@pytest.mark.parametrize("mode", JITTERED)
+@pytest.mark.parametrize("shape", ["budget alone", "budget | other", "other | budget"])
+def test_two_waits_of_one_run_each_draw_from_their_own_generator(
+    mode: JitterMode, shape: str
+) -> None:
+    policy = policy_of(mode)
+    wait = policy.wait(rng=random.Random(1)) + policy.wait(rng=random.Random(2))
+    other = stop_after_attempt(1_000)
+    stop: stop_base = policy.stop()
+    if shape == "budget | other":
+        stop = stop | other
+    elif shape == "other | budget":
+        stop = other | stop
+    _, sleeps, _ = failed_run(wait, stop)
+    each = zip(policy.waits(random.Random(1)), policy.waits(random.Random(2)), strict=True)
+    assert sleeps
+    assert sleeps == [first + second for first, second in each][: len(sleeps)]
+
+
+def test_the_stop_decides_without_an_outcome_or_a_controller() -> None:
+    stop = policy_of().stop()
+    no_outcome = RetryCallState(Retrying(stop=stop), fn=None, args=(), kwargs={})
+    no_outcome.upcoming_sleep = math.inf  # a sleep no budget affords
+    assert stop(no_outcome) is True
+    no_controller = RetryCallState(None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+    no_controller.upcoming_sleep = 1.0
+    assert stop(no_controller) is False
+
+
 @pytest.mark.usefixtures("module_random")
 @pytest.mark.parametrize("mode", JITTERED)
 def test_no_rng_draws_from_the_module_generator(mode: JitterMode) -> None:
