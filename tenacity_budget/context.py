@@ -53,8 +53,9 @@ def earliest(*deadlines: datetime | None) -> datetime | None:
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
-_INF = math.inf  # read by Horizon.left() before every retry (the clocks are looked up
-# each time: the virtual clock patches them on the time module)
+# Read by Horizon.left() before every retry. The clocks themselves are looked up on the
+# time module at each call: the virtual clock patches them there.
+_INF = math.inf
 
 
 def utc_instant(timestamp: float) -> datetime | None:
