@@ -163,6 +163,10 @@ class BudgetMiddleware:
             (istr(name), format_left)
             for name, format_left in _deadline_senders(deadline_header, deadline_headers)
         )
+        # The headers of an attempt with the run's whole budget left (a first attempt
+        # nothing else bounds: most requests), formatted once.
+        whole = self._max_elapsed = policy.max_elapsed
+        self._whole = tuple((name, format_left(whole)) for name, format_left in self._senders)
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
@@ -191,8 +195,8 @@ class BudgetMiddleware:
             if self._hedge is not None and self._retries(request):
                 return await self._hedged(request, handler, self._hedge, throttle)
             self._admit_first(throttle, started)
-        horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
-        left = time_left(horizon, self.policy.max_elapsed)
+        horizon = run_horizon(started, self._max_elapsed, self._deadline_ts)
+        left = time_left(horizon, self._max_elapsed)
         # The first attempt, inline (a coroutine less on every request): its response, or
         # the error it raised (a timeout where the hard stop cut it: no answer to record).
         watchdog, task = self._admit(request, left)
@@ -216,7 +220,7 @@ class BudgetMiddleware:
             if isinstance(first, Exception):
                 raise first
             return first
-        frame = retry_frame(horizon, started, self.policy.max_elapsed)
+        frame = retry_frame(horizon, started, self._max_elapsed)
         return await self._enter(_Call(request, handler, first, throttle), frame)
 
     def _admit_first(self, throttle: Any, started: float) -> None:
@@ -310,10 +314,14 @@ class BudgetMiddleware:
         self, request: aiohttp.ClientRequest, left: float
     ) -> tuple[Watchdog, asyncio.Task[Any]]:
         """Admit one attempt with ``left`` seconds: the deadline headers, the hard stop."""
-        if left < 0.0:
-            left = 0.0
-        for name, format_left in self._senders:
-            request.headers[name] = format_left(left)
+        if left == self._max_elapsed:
+            for name, value in self._whole:
+                request.headers[name] = value
+        else:
+            if left < 0.0:
+                left = 0.0
+            for name, format_left in self._senders:
+                request.headers[name] = format_left(left)
         loop = asyncio.get_running_loop()
         watchdog = self._watchdog
         if watchdog is None or watchdog.loop is not loop:

@@ -12,6 +12,9 @@ import pickle
 import socket
 import ssl
 import sys
+import time
+from contextlib import nullcontext
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -28,7 +31,7 @@ from tenacity_budget import (
     deadline_scope,
 )
 from tenacity_budget.aiohttp import budget_middleware
-from tenacity_budget.http import retry_after
+from tenacity_budget.http import DIALECTS, retry_after
 from tenacity_budget.testing import VirtualClock
 from tests._servers import aiohttp_serving as serving
 from tests._servers import stalled_server
@@ -178,6 +181,47 @@ async def test_deadline_headers_and_the_callers_scope(virtual_clock: VirtualCloc
         ("4000000u", "4000"),
     ]
     assert all("X-Request-Timeout-Ms" not in h for h in script.seen)
+
+
+async def test_every_dialect_announces_the_whole_budget_without_a_scope(
+    virtual_clock: VirtualClock,
+) -> None:
+    # A first attempt nothing else bounds has the run's whole budget, in each dialect's
+    # own format (written once by the middleware); the retry has what is left of it.
+    script = Script(503)
+    async with serving(script) as url, client(deadline_headers=tuple(DIALECTS)) as session:
+        for _ in range(2):
+            script.seen.clear()
+            script.statuses = [503]
+            async with session.get(url) as response:
+                assert response.status == 200
+            assert [{n: h[d.header] for n, d in DIALECTS.items()} for h in script.seen] == [
+                {n: d.format(12.0) for n, d in DIALECTS.items()},
+                {n: d.format(11.0) for n, d in DIALECTS.items()},
+            ]
+
+
+@pytest.mark.parametrize("bound", ["a deadline scope", "the policy's deadline"])
+async def test_a_first_attempt_bounded_otherwise_announces_its_own_time_left(
+    virtual_clock: VirtualClock, bound: str
+) -> None:
+    # Only a first attempt nothing else bounds has the whole budget: the time left under a
+    # scope or a policy deadline, however close to the budget, is written as it is.
+    script = Script()
+    end = datetime.fromtimestamp(time.time() + 11.9, UTC)
+    policy = BackoffPolicy(base=1, factor=2, cap=4, max_elapsed=12, jitter="none", deadline=end)
+    if bound == "a deadline scope":
+        policy = POLICY
+    dialects = tuple(DIALECTS)
+    async with serving(script) as url, client(policy=policy, deadline_headers=dialects) as session:
+        with deadline_scope(11.9) if bound == "a deadline scope" else nullcontext():
+            async with session.get(url) as response:
+                assert response.status == 200
+    (seen,) = script.seen
+    for dialect in DIALECTS.values():
+        left = dialect.parse(seen[dialect.header])
+        assert left is not None
+        assert 11.89 <= left <= 11.9, (dialect.header, seen[dialect.header])
 
 
 async def test_no_deadline_header_when_asked(virtual_clock: VirtualClock) -> None:
