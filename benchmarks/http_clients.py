@@ -1,13 +1,20 @@
 """requests through BudgetAdapter and aiohttp through budget_middleware, beside the plain clients.
 
-Sequential requests from one client against a real local uvicorn server (a process of its
-own, answering 200 with a 2-byte body): each round times interleaved batches of every
-candidate (the order alternating round to round) on the wall clock (requests per second)
-and on the client thread's CPU clock; a ratio is the plain client's time over the budgeted
-one's (>= 1 is as fast), the median over the rounds with the rounds' spread. Then the
-dribbling server: one byte every 0.5 s, a 1 s budget, how far past it each client ends.
+The transport benchmark's method (``benchmarks.transport``), for the two other clients:
+sequential GETs from one client to a real local uvicorn app in a process of its own, three
+candidates a client: the plain client; the plain client doing what the semantics require
+of every request and nothing else (requests: the deadline header and a connect and read
+timeout; aiohttp: a middleware that sets the deadline header, so aiohttp's middleware
+chain and the header, and a total timeout of the time left); and the budgeted one.
+Batches are timed interleaved in groups (the order rotated from group to group) on the
+wall clock, the client thread's CPU clock and the server's, the garbage collector off.
+The figure, ``rps_ratio``, is the requests per second that client and server CPU together
+allow, budgeted over plain (at least 1 is as fast): the median over a round's groups,
+then over the rounds, with the rounds' spread. Then the dribbling server: one byte every
+0.5 s, a 1 s budget, how far past it each client ends.
 
-    python -m benchmarks.http_clients [--rounds 7] [--batch 300] [--no-dribble] [--instructions]
+    python -m benchmarks.http_clients [--rounds 7] [--pairs 10] [--batch 50]
+                                      [--no-dribble] [--instructions]
 
 ``--instructions`` also counts the CPU instructions per request of each client under
 valgrind (callgrind): a deterministic figure, whatever the machine's load.
@@ -17,141 +24,131 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from tenacity_budget import BackoffPolicy
+
 from ._common import command_line, write_results
+from .transport import TARGET, Sample, _atimed, _order, _summary, _timed, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 
+HEADER = "X-Request-Timeout-Ms"
+LEFT = 10.0
+"""The budget of every budgeted candidate's policy: what a first attempt has left."""
 
-async def app(scope: Any, receive: Any, send: Any) -> None:
-    """The server: 200 with a 2-byte body, for every request."""
-    if scope["type"] != "http":
-        return
-    headers = [(b"content-type", b"text/plain"), (b"content-length", b"2")]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": b"ok"})
+REQUESTS = ("requests", "requests + header and timeouts", "requests + BudgetAdapter")
+AIOHTTP = ("aiohttp", "aiohttp + header middleware and timeout", "aiohttp + budget_middleware")
+
+
+def _policy() -> BackoffPolicy:
+    return BackoffPolicy(base=0.1, cap=1, max_elapsed=LEFT)
 
 
 @contextmanager
-def uvicorn_server() -> Iterator[str]:
-    """Serve :func:`app` with uvicorn in a subprocess on a free port; yield its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "uvicorn", "benchmarks.http_clients:app"]
-    command += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env)
-    try:
-        for _ in range(400):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("uvicorn did not start")
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-
-
-def _rounds(
-    batches: dict[str, Callable[[], None]], rounds: int
-) -> dict[str, dict[str, list[float]]]:
-    """Wall and CPU seconds of each candidate's batch, round by round, interleaved."""
-    times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in batches}
-    names = list(batches)
-    for name in names:  # warm up: connections made, code paths taken
-        batches[name]()
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else reversed(names):
-            wall, cpu = time.perf_counter(), time.thread_time()
-            batches[name]()
-            times[name]["wall"].append(time.perf_counter() - wall)
-            times[name]["cpu"].append(time.thread_time() - cpu)
-    return times
-
-
-def _ratio(times: dict[str, dict[str, list[float]]], plain: str, budgeted: str) -> dict[str, Any]:
-    """Throughput of ``budgeted`` over ``plain``: the median of the rounds, and their spread."""
-    figure: dict[str, Any] = {}
-    for clock in ("wall", "cpu"):
-        ratios = [p / b for p, b in zip(times[plain][clock], times[budgeted][clock], strict=True)]
-        figure[clock] = {
-            "median": round(statistics.median(ratios), 4),
-            "min": round(min(ratios), 4),
-            "max": round(max(ratios), 4),
-        }
-    return figure
-
-
-def requests_batches(url: str, batch: int) -> dict[str, Callable[[], None]]:
-    """A batch of sequential GETs through plain requests and through BudgetAdapter."""
+def requests_senders(url: str) -> Iterator[dict[str, Callable[[], object]]]:
+    """One GET of each requests candidate (:data:`REQUESTS`), by name."""
     import requests
 
-    from tenacity_budget import BackoffPolicy
     from tenacity_budget.requests import BudgetAdapter
 
-    policy = BackoffPolicy(base=0.1, cap=1, max_elapsed=10)
-    plain = requests.Session()
-    budgeted = requests.Session()
-    budgeted.mount("http://", BudgetAdapter(policy))
-
-    def run(session: requests.Session) -> Callable[[], None]:
-        def batch_of() -> None:
-            for _ in range(batch):
-                session.get(url).content  # noqa: B018 (the body is read, as users do)
-
-        return batch_of
-
-    return {"requests": run(plain), "requests+BudgetAdapter": run(budgeted)}
+    plain, floor, budgeted = REQUESTS
+    with requests.Session() as bare, requests.Session() as required, requests.Session() as adapted:
+        required.headers[HEADER] = str(int(LEFT * 1000))
+        adapted.mount("http://", BudgetAdapter(_policy()))
+        yield {
+            plain: lambda: bare.get(url).content,
+            floor: lambda: required.get(url, timeout=(LEFT, LEFT)).content,
+            budgeted: lambda: adapted.get(url).content,
+        }
 
 
-def aiohttp_batches(
-    url: str, batch: int, loop: asyncio.AbstractEventLoop
-) -> tuple[dict[str, Callable[[], None]], Callable[[], None]]:
-    """A batch of sequential GETs through plain aiohttp and through budget_middleware."""
+@asynccontextmanager
+async def aiohttp_senders(url: str) -> AsyncIterator[dict[str, Callable[[], Awaitable[object]]]]:
+    """One GET of each aiohttp candidate (:data:`AIOHTTP`), by name."""
     import aiohttp
+    from multidict import istr
 
-    from tenacity_budget import BackoffPolicy
     from tenacity_budget.aiohttp import budget_middleware
 
-    policy = BackoffPolicy(base=0.1, cap=1, max_elapsed=10)
+    plain, floor, budgeted = AIOHTTP
+    name, value = istr(HEADER), str(int(LEFT * 1000))
 
-    async def sessions() -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
-        return aiohttp.ClientSession(), aiohttp.ClientSession(
-            middlewares=(budget_middleware(policy),)
-        )
+    async def header_only(
+        request: aiohttp.ClientRequest,
+        handler: Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]],
+    ) -> aiohttp.ClientResponse:
+        request.headers[name] = value
+        return await handler(request)
 
-    plain, budgeted = loop.run_until_complete(sessions())
+    def get(session: aiohttp.ClientSession) -> Callable[[], Awaitable[object]]:
+        async def send() -> object:
+            async with session.get(url) as response:
+                return await response.read()
 
-    def run(session: aiohttp.ClientSession) -> Callable[[], None]:
-        async def requests_of() -> None:
-            for _ in range(batch):
-                async with session.get(url) as response:
-                    await response.read()
+        return send
 
-        return lambda: loop.run_until_complete(requests_of())
+    # The floor's attempts are cut at the time left too: aiohttp's own total timeout (plain
+    # aiohttp arms one per request already, 300 s by default).
+    cut = aiohttp.ClientTimeout(total=LEFT)
+    async with (
+        aiohttp.ClientSession() as bare,
+        aiohttp.ClientSession(middlewares=(header_only,), timeout=cut) as required,
+        aiohttp.ClientSession(middlewares=(budget_middleware(_policy()),)) as wrapped,
+    ):
+        yield {plain: get(bare), floor: get(required), budgeted: get(wrapped)}
 
-    async def close() -> None:
-        await plain.close()
-        await budgeted.close()
 
-    batches = {"aiohttp": run(plain), "aiohttp+budget_middleware": run(budgeted)}
-    return batches, lambda: loop.run_until_complete(close())
+def run_requests(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
+    """Interleaved batches of plain requests, requests doing what the adapter's semantics
+    require (the header, the timeouts), and requests through ``BudgetAdapter``."""
+    with httpx.Client(base_url=url) as probe, requests_senders(url) as sends:
+        for send in sends.values():  # warm: connected, caches filled
+            _timed(send, batch, probe)
+        results = [
+            [
+                {name: _timed(sends[name], batch, probe) for name in _order(sends, group)}
+                for group in range(pairs)
+            ]
+            for _ in range(rounds)
+        ]
+    return _summary(results, batch, plain=REQUESTS[0], judged=REQUESTS[2])
+
+
+def run_aiohttp(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
+    """Interleaved batches of plain aiohttp, aiohttp with a middleware that only sets the
+    deadline header, and aiohttp through ``budget_middleware``."""
+
+    async def main(probe: httpx.Client) -> list[list[dict[str, Sample]]]:
+        async with aiohttp_senders(url) as sends:
+            for send in sends.values():
+                await _atimed(send, batch, probe)
+            results = []
+            for _ in range(rounds):
+                groups: list[dict[str, Sample]] = []
+                for _ in range(pairs):
+                    groups.append(
+                        {
+                            name: await _atimed(sends[name], batch, probe)
+                            for name in _order(sends, len(groups))
+                        }
+                    )
+                results.append(groups)
+        return results
+
+    with httpx.Client(base_url=url) as probe:
+        results = asyncio.run(main(probe))
+    return _summary(results, batch, plain=AIOHTTP[0], judged=AIOHTTP[2])
 
 
 # -- the dribbling server ----------------------------------------------------------------------
@@ -249,105 +246,103 @@ def _outcome(call: Callable[[], object]) -> dict[str, Any]:
 # -- instructions per request (valgrind) ------------------------------------------------------
 
 
-def _one(client: str, budgeted: bool, n: int, url: str) -> None:
-    """Send ``n`` sequential GETs with one client (run under valgrind by :func:`instructions`)."""
-    from tenacity_budget import BackoffPolicy
-
-    policy = BackoffPolicy(base=0.1, cap=1, max_elapsed=10)
+def _one(client: str, candidate: int, n: int, url: str) -> None:
+    """Send ``n`` sequential GETs with one candidate of one client (``REQUESTS[candidate]``
+    or ``AIOHTTP[candidate]``), run under valgrind by :func:`instructions`."""
     if client == "requests":
-        import requests
-
-        from tenacity_budget.requests import BudgetAdapter
-
-        session = requests.Session()
-        if budgeted:
-            session.mount("http://", BudgetAdapter(policy))
-        for _ in range(n):
-            session.get(url).content  # noqa: B018 (the body is read, as users do)
+        with requests_senders(url) as sends:
+            send = sends[REQUESTS[candidate]]
+            for _ in range(n):
+                send()
         return
-    import aiohttp
-
-    from tenacity_budget.aiohttp import budget_middleware
 
     async def run() -> None:
-        middlewares = (budget_middleware(policy),) if budgeted else ()
-        async with aiohttp.ClientSession(middlewares=middlewares) as session:
+        async with aiohttp_senders(url) as sends:
+            asend = sends[AIOHTTP[candidate]]
             for _ in range(n):
-                async with session.get(url) as response:
-                    await response.read()
+                await asend()
 
     asyncio.run(run())
 
 
 def instructions(url: str) -> dict[str, Any]:
-    """Instructions per request of each client, plain and budgeted: the difference of two
-    valgrind runs (600 and 100 requests), so start-up and imports cancel out."""
+    """Instructions per request of each candidate: the difference of two valgrind runs
+    (600 and 100 requests), so start-up and imports cancel out; ``ratio`` is the plain
+    client's count over the budgeted one's, ``floor_ratio`` over the floor's."""
     found: dict[str, Any] = {}
     for client in ("requests", "aiohttp"):
-        per_request = {}
-        for budgeted in (False, True):
+        per_request = []
+        for candidate in range(3):
             counts = []
             for n in (100, 600):
                 command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
                 command += [sys.executable, "-m", "benchmarks.http_clients", "--one"]
-                command += [client, str(int(budgeted)), str(n), url]
+                command += [client, str(candidate), str(n), url]
                 out = subprocess.run(
                     command, cwd=ROOT, capture_output=True, text=True, check=True
                 ).stderr
                 counts.append(int(out.rsplit("Collected :", 1)[1].split()[0]))
-            per_request["budgeted" if budgeted else "plain"] = (counts[1] - counts[0]) / 500
-        plain, budgeted_count = per_request["plain"], per_request["budgeted"]
+            per_request.append((counts[1] - counts[0]) / 500)
+        plain, floor, budgeted = per_request
         found[client] = {
             "plain": round(plain),
-            "budgeted": round(budgeted_count),
-            "ratio": round(plain / budgeted_count, 4),
+            "floor": round(floor),
+            "budgeted": round(budgeted),
+            "ratio": round(plain / budgeted, 4),
+            "floor_ratio": round(plain / floor, 4),
         }
     return found
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--batch", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=7, help="rounds (>= 5)")
+    parser.add_argument("--pairs", type=int, default=10, help="batch groups a round")
+    parser.add_argument("--batch", type=int, default=50, help="requests a batch")
     parser.add_argument("--no-dribble", action="store_true")
     parser.add_argument("--instructions", action="store_true")
     parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        client, budgeted, n, url = args.one
-        _one(client, budgeted == "1", int(n), url)
+        client, candidate, n, url = args.one
+        _one(client, int(candidate), int(n), url)
         return
-    if args.rounds < 5:
-        parser.error("--rounds must be at least 5")
-    loop = asyncio.new_event_loop()
-    result: dict[str, Any] = {"rounds": args.rounds, "batch": args.batch}
-    with uvicorn_server() as url:
-        async_batches, close = aiohttp_batches(url, args.batch, loop)
-        times = _rounds({**requests_batches(url, args.batch), **async_batches}, args.rounds)
-        close()
+    if args.rounds < 5 or args.pairs < 1 or args.batch < 1:
+        parser.error("--rounds must be at least 5, --pairs and --batch at least 1")
+    sizes = {"rounds": args.rounds, "pairs": args.pairs, "batch": args.batch}
+    result: dict[str, Any] = {**sizes, "target": TARGET}
+    result["candidates"] = {"requests": list(REQUESTS), "aiohttp": list(AIOHTTP)}
+    with serve() as url:
+        result["requests"] = run_requests(url, **sizes)
+        result["aiohttp"] = run_aiohttp(url, **sizes)
         if args.instructions:
             result["instructions_per_request"] = instructions(url)
             print("instructions per request:", result["instructions_per_request"])
-    result["requests"] = _ratio(times, "requests", "requests+BudgetAdapter")
-    result["aiohttp"] = _ratio(times, "aiohttp", "aiohttp+budget_middleware")
-    result["per_request_us"] = {
-        name: {c: round(statistics.median(t[c]) / args.batch * 1e6, 1) for c in t}
-        for name, t in times.items()
-    }
-    for name in ("requests", "aiohttp"):
-        wall, cpu = result[name]["wall"], result[name]["cpu"]
-        print(
-            f"{name}: budgeted/plain throughput {wall['median']:.3f}x wall "
-            f"[{wall['min']:.3f}, {wall['max']:.3f}], {cpu['median']:.3f}x client CPU "
-            f"[{cpu['min']:.3f}, {cpu['max']:.3f}] over {args.rounds} rounds"
-        )
+    for names in (REQUESTS, AIOHTTP):
+        _print(result[names[0]], names)
     if not args.no_dribble:
+        loop = asyncio.new_event_loop()
         with dribbling_server() as url:
             result["dribble"] = dribble(url, loop)
         print("dribbling server:", result["dribble"])
-    _close(loop)
+        _close(loop)
     path = write_results("http_clients", command_line("benchmarks.http_clients"), result)
     print(f"wrote {path.relative_to(ROOT)}")
+
+
+def _print(rows: dict[str, Any], names: tuple[str, str, str]) -> None:
+    for name in names:
+        row = rows[name]
+        line = (
+            f"{name:<30} client+server CPU {row['client_cpu_us']:5.0f}+"
+            f"{row['server_cpu_us']:3.0f} us a request, wall {row['wall_us']:5.0f} us"
+        )
+        for key in ("rps_ratio", "wall_ratio", "client_cpu_ratio") if name != names[0] else ():
+            stats = row[key]
+            low, high = stats["spread"]
+            line += f"; {key} {stats['ratio']:.3f}x ({low:.3f}..{high:.3f})"
+        print(line)
+    print(f"  target: rps_ratio >= {TARGET}x: {'MET' if rows['target_met'] else 'NOT MET'}")
 
 
 def _close(loop: asyncio.AbstractEventLoop) -> None:

@@ -120,8 +120,11 @@ def _per_request(samples: list[Sample], index: int, batch: int) -> float:
     return statistics.median(sample[index] for sample in samples) / batch * 1e6
 
 
-def _summary(rounds: list[list[dict[str, Sample]]], batch: int) -> dict[str, Any]:
-    """Each candidate's figures, and its ratios to plain httpx (its requests/s over plain's).
+def _summary(
+    rounds: list[list[dict[str, Sample]]], batch: int, *, plain: str = PLAIN, judged: str = BUDGET
+) -> dict[str, Any]:
+    """Each candidate's figures, and its ratios to ``plain`` (its requests/s over plain's);
+    ``target_met`` judges the candidate ``judged``.
 
     ``rps_ratio`` (the target's figure) counts the CPU a request costs the client thread and
     the server process together: the requests per second of one client on an idle machine,
@@ -146,17 +149,17 @@ def _summary(rounds: list[list[dict[str, Sample]]], batch: int) -> dict[str, Any
             "server_cpu_us": round(server, 1),
             "rps": round(1e6 / (client + server), 1),
         }
-        if name != PLAIN:
+        if name != plain:
             for key, figure in figures.items():
                 row[key] = _stats(
                     [
-                        statistics.median(figure(g[PLAIN]) / figure(g[name]) for g in groups)
+                        statistics.median(figure(g[plain]) / figure(g[name]) for g in groups)
                         for groups in rounds
                     ]
                 )
-            row["client_overhead_us"] = round(client - result[PLAIN]["client_cpu_us"], 1)
+            row["client_overhead_us"] = round(client - result[plain]["client_cpu_us"], 1)
         result[name] = row
-    result["target_met"] = bool(result[BUDGET]["rps_ratio"]["ratio"] >= TARGET)
+    result["target_met"] = bool(result[judged]["rps_ratio"]["ratio"] >= TARGET)
     return result
 
 

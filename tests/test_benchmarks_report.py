@@ -85,6 +85,31 @@ def test_the_targets_table_follows_the_results(results: dict[str, dict[str, Any]
     assert "| 0.980x (0.975-0.990) | >= 0.97x | met |" in sync
 
 
+def test_the_http_clients_are_judged_on_the_budgeted_candidate_by_name(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    changed = copy.deepcopy(results)
+    clients = changed["http_clients"]
+    _, floor, budgeted = clients["candidates"]["aiohttp"]
+    clients["aiohttp"][budgeted]["rps_ratio"].update(ratio=0.969, spread=[0.95, 0.99])
+    clients["aiohttp"][floor]["rps_ratio"].update(ratio=0.5, spread=[0.4, 0.6])
+    # The rows' order in the results is not what picks the budgeted candidate.
+    clients["aiohttp"] = dict(reversed(clients["aiohttp"].items()))
+    row = next(line for line in report._targets(changed).splitlines() if "aiohttp" in line)
+    assert "| 0.969x (0.950-0.990); wall clock" in row
+    assert row.endswith("| >= 0.97x | **not met** |")
+
+
+def test_each_http_candidate_shows_its_own_instructions() -> None:
+    counted = {"plain": 100, "floor": 110, "budgeted": 125, "ratio": 0.8, "floor_ratio": 0.9091}
+    names = ["plain", "floor", "budgeted"]
+    assert report._instructions_cell(counted, names, "plain") == "100"
+    assert report._instructions_cell(counted, names, "floor") == "110 (0.909x)"
+    assert report._instructions_cell(counted, names, "budgeted") == "125 (0.800x)"
+    assert report._instructions_cell(None, names, "budgeted") == "not counted"
+    assert report._instructions_cell(counted, names, "other") == "not counted"
+
+
 def test_the_shape_table_judges_each_figure() -> None:
     assert "| 0 | 0 | met |" in report._shape(SHAPE)
     worse = {**SHAPE, "cycles": [["a", "b"]], "cc_max": 13, "public_all": 51}
