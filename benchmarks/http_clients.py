@@ -39,7 +39,7 @@ import httpx
 from tenacity_budget import BackoffPolicy
 
 from ._common import command_line, write_results
-from .transport import TARGET, Sample, _atimed, _order, _summary, _timed, serve
+from .transport import TARGET, Rounds, ainterleaved, interleaved, serve, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,42 +113,21 @@ def run_requests(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, 
     """Interleaved batches of plain requests, requests doing what the adapter's semantics
     require (the header, the timeouts), and requests through ``BudgetAdapter``."""
     with httpx.Client(base_url=url) as probe, requests_senders(url) as sends:
-        for send in sends.values():  # warm: connected, caches filled
-            _timed(send, batch, probe)
-        results = [
-            [
-                {name: _timed(sends[name], batch, probe) for name in _order(sends, group)}
-                for group in range(pairs)
-            ]
-            for _ in range(rounds)
-        ]
-    return _summary(results, batch, plain=REQUESTS[0], judged=REQUESTS[2])
+        results = interleaved(sends, probe, rounds=rounds, pairs=pairs, batch=batch)
+    return summary(results, batch, plain=REQUESTS[0], judged=REQUESTS[2])
 
 
 def run_aiohttp(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
     """Interleaved batches of plain aiohttp, aiohttp with a middleware that only sets the
     deadline header, and aiohttp through ``budget_middleware``."""
 
-    async def main(probe: httpx.Client) -> list[list[dict[str, Sample]]]:
+    async def main(probe: httpx.Client) -> Rounds:
         async with aiohttp_senders(url) as sends:
-            for send in sends.values():
-                await _atimed(send, batch, probe)
-            results = []
-            for _ in range(rounds):
-                groups: list[dict[str, Sample]] = []
-                for _ in range(pairs):
-                    groups.append(
-                        {
-                            name: await _atimed(sends[name], batch, probe)
-                            for name in _order(sends, len(groups))
-                        }
-                    )
-                results.append(groups)
-        return results
+            return await ainterleaved(sends, probe, rounds=rounds, pairs=pairs, batch=batch)
 
     with httpx.Client(base_url=url) as probe:
         results = asyncio.run(main(probe))
-    return _summary(results, batch, plain=AIOHTTP[0], judged=AIOHTTP[2])
+    return summary(results, batch, plain=AIOHTTP[0], judged=AIOHTTP[2])
 
 
 # -- the dribbling server ----------------------------------------------------------------------

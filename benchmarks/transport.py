@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,7 +39,7 @@ from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport
 
 from ._common import CLOCK, command_line, write_results
 
-__all__ = ["TARGET", "main", "run", "serve"]
+__all__ = ["TARGET", "ainterleaved", "interleaved", "main", "run", "serve", "summary"]
 
 TARGET = 0.97
 """The lowest ratio of requests per second (budget transport / plain httpx) the issue accepts."""
@@ -104,6 +104,9 @@ def serve() -> Iterator[str]:
 Sample = tuple[float, float, float]
 """One batch: wall seconds, the client thread's CPU seconds, the server process's CPU seconds."""
 
+Rounds = list[list[dict[str, Sample]]]
+"""Each round's batch groups: one timed batch of every candidate, by name."""
+
 
 def _stats(ratios: list[float]) -> dict[str, Any]:
     median = statistics.median(ratios)
@@ -120,8 +123,8 @@ def _per_request(samples: list[Sample], index: int, batch: int) -> float:
     return statistics.median(sample[index] for sample in samples) / batch * 1e6
 
 
-def _summary(
-    rounds: list[list[dict[str, Sample]]], batch: int, *, plain: str = PLAIN, judged: str = BUDGET
+def summary(
+    rounds: Rounds, batch: int, *, plain: str = PLAIN, judged: str = BUDGET
 ) -> dict[str, Any]:
     """Each candidate's figures, and its ratios to ``plain`` (its requests/s over plain's);
     ``target_met`` judges the candidate ``judged``.
@@ -206,24 +209,59 @@ def run_sync(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]
             name: (lambda client=client: client.get(url).content)
             for name, client in ((PLAIN, plain), (WITH_HEADER, header), (BUDGET, budget))
         }
-        for send in sends.values():  # warm: connected, caches filled
-            _timed(send, batch, probe)
-        results = [
-            [
-                {name: _timed(sends[name], batch, probe) for name in _order(sends, group)}
-                for group in range(pairs)
-            ]
-            for _ in range(rounds)
-        ]
-    return _summary(results, batch)
+        results = interleaved(sends, probe, rounds=rounds, pairs=pairs, batch=batch)
+    return summary(results, batch)
 
 
-def _order(sends: dict[str, Any], group: int) -> list[str]:
+def _order(sends: Mapping[str, Any], group: int) -> list[str]:
     """The candidates in the order a group times them: rotated from group to group, so that
     no candidate always runs after the same other one (the caches it leaves behind)."""
     names = list(sends)
     shift = group % len(names)
     return names[shift:] + names[:shift]
+
+
+def interleaved(
+    sends: Mapping[str, Callable[[], object]],
+    probe: httpx.Client,
+    *,
+    rounds: int,
+    pairs: int,
+    batch: int,
+) -> Rounds:
+    """A warm-up batch of each candidate, then ``rounds`` rounds of ``pairs`` batch groups,
+    each timing one batch of every candidate in turn (:func:`_order`)."""
+    for send in sends.values():  # warm: connected, caches filled
+        _timed(send, batch, probe)
+    return [
+        [
+            {name: _timed(sends[name], batch, probe) for name in _order(sends, group)}
+            for group in range(pairs)
+        ]
+        for _ in range(rounds)
+    ]
+
+
+async def ainterleaved(
+    sends: Mapping[str, Callable[[], Awaitable[object]]],
+    probe: httpx.Client,
+    *,
+    rounds: int,
+    pairs: int,
+    batch: int,
+) -> Rounds:
+    """:func:`interleaved` for coroutine functions, each batch awaited in the running loop."""
+    for send in sends.values():
+        await _atimed(send, batch, probe)
+    results: Rounds = []
+    for _ in range(rounds):
+        groups: list[dict[str, Sample]] = []
+        for group in range(pairs):
+            groups.append(
+                {name: await _atimed(sends[name], batch, probe) for name in _order(sends, group)}
+            )
+        results.append(groups)
+    return results
 
 
 def run_async(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
@@ -244,20 +282,8 @@ def run_async(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any
                 return send
 
             sends = {name: get(client) for name, client in clients}
-            for send in sends.values():
-                await _atimed(send, batch, probe)
-            results = []
-            for _ in range(rounds):
-                groups = []
-                for _ in range(pairs):
-                    groups.append(
-                        {
-                            name: await _atimed(sends[name], batch, probe)
-                            for name in _order(sends, len(groups))
-                        }
-                    )
-                results.append(groups)
-        return _summary(results, batch)
+            results = await ainterleaved(sends, probe, rounds=rounds, pairs=pairs, batch=batch)
+        return summary(results, batch)
 
     with httpx.Client(base_url=url) as probe:
         return asyncio.run(main(probe))
