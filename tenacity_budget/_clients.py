@@ -1,8 +1,9 @@
 """What the HTTP clients share: the rule of which failed attempts are retried
-(:func:`retry_cures`), a run's horizon and the wait its outcome dictates, errors of a
-client's own kind that are also a :class:`~tenacity_budget.BudgetExhausted`, the async
-hard stop's one timer per event loop (:class:`Watchdog`), and the ``throttle=`` option
-(:func:`check_throttle`, a rejected first attempt's report). See docs/cookbook.md.
+(:func:`retry_cures`), a run's horizon and the wait its outcome dictates, the deadline
+headers of its attempts (:class:`DeadlineHeaders`), errors of a client's own kind that are
+also a :class:`~tenacity_budget.BudgetExhausted`, the async hard stop's one timer per event
+loop (:class:`Watchdog`), and the ``throttle=`` option (:func:`check_throttle`, a rejected
+first attempt's report). See docs/cookbook.md.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import math
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import replace
 from typing import Any, cast
 
@@ -79,6 +80,31 @@ def retry_frame(horizon: Horizon | None, started: float, max_elapsed: float) -> 
     never ends later than a run started with the first attempt would.
     """
     return horizon if horizon is not None else Horizon(None, mono_end=started + max_elapsed)
+
+
+class DeadlineHeaders:
+    """The deadline headers every attempt of a client carries: each ``(name, format)`` of
+    ``senders`` (:func:`~tenacity_budget.http._deadline_senders`) with the attempt's time
+    left. Those of an attempt with the run's whole ``budget`` left (a first attempt nothing
+    else bounds: most requests) are formatted once, here."""
+
+    __slots__ = ("budget", "senders", "whole")
+
+    def __init__(self, senders: tuple[tuple[str, Callable[[float], str]], ...], budget: float):
+        self.senders = senders
+        self.budget = budget
+        self.whole = tuple((name, format_left(budget)) for name, format_left in senders)
+
+    def write(self, headers: MutableMapping[str, str], left: float) -> None:
+        """Set the headers of an attempt with ``left`` seconds (none left below 0)."""
+        if left == self.budget:
+            for name, value in self.whole:
+                headers[name] = value
+            return
+        if left < 0.0:
+            left = 0.0
+        for name, format_left in self.senders:
+            headers[name] = format_left(left)
 
 
 @reads_results

@@ -33,6 +33,7 @@ except ImportError as exc:  # a missing extra, named at import
 
 from ._client_hedge import ClientHedge, check_hedge, hedged_request
 from ._clients import (
+    DeadlineHeaders,
     Watchdog,
     check_throttle,
     exhausted,
@@ -159,14 +160,14 @@ class BudgetMiddleware:
         )
         # Case-insensitive names made once (aiohttp's headers are a CIMultiDict, which
         # folds a plain str on every write).
-        self._senders = tuple(
-            (istr(name), format_left)
-            for name, format_left in _deadline_senders(deadline_header, deadline_headers)
+        self._max_elapsed = policy.max_elapsed
+        self._headers = DeadlineHeaders(
+            tuple(
+                (istr(name), format_left)
+                for name, format_left in _deadline_senders(deadline_header, deadline_headers)
+            ),
+            self._max_elapsed,
         )
-        # The headers of an attempt with the run's whole budget left (a first attempt
-        # nothing else bounds: most requests), formatted once.
-        whole = self._max_elapsed = policy.max_elapsed
-        self._whole = tuple((name, format_left(whole)) for name, format_left in self._senders)
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
@@ -273,14 +274,12 @@ class BudgetMiddleware:
         Every hedge sends its own copy of ``request`` (its own headers: the deadline header
         with its own time left); a loser is cancelled and its response released.
         """
-        senders, sent = self._senders, [False]
+        headers, sent = self._headers, [False]
 
         async def attempt(horizon: Horizon) -> aiohttp.ClientResponse:
             one = _copy(request) if sent[0] else request
             sent[0] = True
-            left = horizon.left()
-            for name, format_left in senders:
-                one.headers[name] = format_left(left if left > 0.0 else 0.0)
+            headers.write(one.headers, horizon.left())
             return await handler(one)
 
         outcome, report = await hedged_request(
@@ -314,14 +313,9 @@ class BudgetMiddleware:
         self, request: aiohttp.ClientRequest, left: float
     ) -> tuple[Watchdog, asyncio.Task[Any]]:
         """Admit one attempt with ``left`` seconds: the deadline headers, the hard stop."""
-        if left == self._max_elapsed:
-            for name, value in self._whole:
-                request.headers[name] = value
-        else:
-            if left < 0.0:
-                left = 0.0
-            for name, format_left in self._senders:
-                request.headers[name] = format_left(left)
+        self._headers.write(request.headers, left)
+        if left < 0.0:
+            left = 0.0
         loop = asyncio.get_running_loop()
         watchdog = self._watchdog
         if watchdog is None or watchdog.loop is not loop:

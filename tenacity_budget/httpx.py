@@ -33,6 +33,7 @@ except ImportError as exc:  # a missing extra, named at import: the module is no
 
 from ._client_hedge import ClientHedge, check_hedge, hedged_request
 from ._clients import (
+    DeadlineHeaders,
     Watchdog,
     check_throttle,
     host_throttle,
@@ -363,7 +364,7 @@ class _Transport:
     config: _Config
     _asyncio: bool
     _bare: bool  # the wrapped transport is httpx's own (see _frame)
-    _senders: tuple[tuple[str, Callable[[float], str]], ...]
+    _headers: DeadlineHeaders
     _statuses: frozenset[int]
     _clamp: Callable[[dict[str, Any], float], dict[str, Any]]
 
@@ -372,7 +373,7 @@ class _Transport:
         self.budget = config.budget
         policy = config.policy
         self._max_elapsed = policy.max_elapsed
-        self._senders = config.deadline_senders
+        self._headers = DeadlineHeaders(config.deadline_senders, self._max_elapsed)
         self._statuses = config.retry_statuses
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         is_async = config.budget is not None and bool(getattr(config.budget, "is_async", False))
@@ -494,10 +495,7 @@ class _Transport:
                     request=call.request,
                 )
             left = _LEAST
-        if self._senders:
-            headers = call.request.headers
-            for header, write in self._senders:
-                headers[header] = write(left)
+        self._headers.write(call.request.headers, left)
         call.request.extensions["timeout"] = self._clamp(call.timeouts, left)
         call.timeout, call.binding = left, reason
         if self._asyncio:  # the instant _late() checks (a sync attempt cannot be late)
@@ -985,8 +983,7 @@ class AsyncBudgetTransport(_Transport, httpx.AsyncBaseTransport):
             left = horizon.left()
             if left < _LEAST:
                 left = _LEAST
-            for header, write in self._senders:
-                one.headers[header] = write(left)
+            self._headers.write(one.headers, left)
             one.extensions["timeout"] = _pool_bounded(own, left)
             try:
                 with self._frame(left):

@@ -28,6 +28,7 @@ except ImportError as exc:  # a missing extra, named at import
     ) from exc
 
 from ._clients import (
+    DeadlineHeaders,
     check_throttle,
     exhausted,
     host_throttle,
@@ -191,7 +192,9 @@ class BudgetAdapter(HTTPAdapter):
         self._fixed, self._throttle_of = check_throttle(throttle)
         # Whether a first attempt is admitted at all: a throttle asked, a deposit made.
         self._admits = throttle is not None or budget is not None
-        self._senders = _deadline_senders(deadline_header, deadline_headers)
+        self._headers = DeadlineHeaders(
+            _deadline_senders(deadline_header, deadline_headers), policy.max_elapsed
+        )
         self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
         super().__init__(max_retries=0, **adapter_kwargs)
         statuses = self.retry_statuses
@@ -319,8 +322,7 @@ class BudgetAdapter(HTTPAdapter):
 
     def _admit(self, call: _Call, left: float) -> requests.Response:
         """Send one attempt with ``left`` seconds: the deadline headers and the timeouts."""
-        for name, format_left in self._senders:
-            call.request.headers[name] = format_left(max(left, 0.0))
+        self._headers.write(call.request.headers, left)
         return super().send(call.request, timeout=_timeouts(call.timeout, left), **call.options)
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tenacity_budget._clients import DeadlineHeaders
 from tenacity_budget.http import DIALECTS, _deadline_senders, format_timeout_ms, parse_timeout_ms
 
 NAMES = sorted(DIALECTS)
@@ -186,6 +187,27 @@ def test_senders_of_deadline_headers_by_name_in_any_case() -> None:
         "x-envoy-upstream-rq-timeout-ms",
     ]
     assert _deadline_senders("X-Request-Timeout-Ms", ()) == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    budget=st.floats(min_value=1e-3, max_value=1e9),
+    left=st.floats(min_value=-1e9, max_value=1e9) | st.just(0.0),
+)
+def test_the_deadline_headers_written_are_each_dialects_format_of_the_time_left(
+    budget: float, left: float
+) -> None:
+    # The whole budget's values are formatted once; every other time left (none below 0)
+    # is formatted for its attempt: the same strings either way.
+    writer = DeadlineHeaders(_deadline_senders("X-Request-Timeout-Ms", NAMES), budget)
+    for time_left in (budget, left):
+        headers: dict[str, str] = {}
+        writer.write(headers, time_left)
+        expected = max(time_left, 0.0)
+        assert headers == {d.header: d.format(expected) for d in DIALECTS.values()}
+    nothing: dict[str, str] = {}
+    DeadlineHeaders((), budget).write(nothing, left)
+    assert nothing == {}
 
 
 @pytest.mark.parametrize(
