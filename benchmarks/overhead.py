@@ -22,8 +22,11 @@ isolation on a prepared retry state. Target (issue 5): ours within 5% of tenacit
 ``wait_random_exponential + stop_after_attempt`` end to end. Run::
 
     python -m benchmarks.overhead [--k 5] [--repeat 40] [--rounds 5] [--quick] [--profile]
+                                  [--instructions]
 
-``--profile`` adds a cProfile breakdown of where our per-retry time goes, by function.
+``--profile`` adds a cProfile breakdown of where our per-retry time goes, by function;
+``--instructions`` the instructions per call of the pair, its reference and two ablations
+of our stop, counted by valgrind (a figure the machine's load does not move).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import cProfile
 import pstats
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +50,11 @@ import tenacity
 from tenacity import RetryCallState, Retrying
 
 from tenacity_budget import BackoffPolicy
+from tenacity_budget.decision import decide
+from tenacity_budget.exhaustion import RECORD_ATTR
+from tenacity_budget.solver import add_compensated
+from tenacity_budget.state import RunState
+from tenacity_budget.strategies import stop_budget
 
 from ._common import (
     Timing,
@@ -65,6 +74,8 @@ __all__ = [
     "Flaky",
     "build_end_to_end",
     "build_strategies",
+    "count_calls",
+    "instructions",
     "main",
     "no_sleep",
     "profile_ours",
@@ -111,6 +122,9 @@ MANY = 1_000
 """An attempt limit no run reaches (``k`` stays far below it)."""
 
 T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository root, where ``python -m benchmarks.overhead`` runs from."""
 
 
 class Flaky:
@@ -250,7 +264,7 @@ def _async_decorated(kind: str, left: list[int]) -> Callable[[], Any]:
         return lambda: retrying(flaky)
     if kind == ASYNC_OURS[0]:
         decorated = _policy().retry(hard_deadline=True, sleep=_async_noop_sleep)(flaky)
-        return decorated  # type: ignore[no-any-return]
+        return decorated
     raise ValueError(f"unknown candidate {kind!r}")
 
 
@@ -469,12 +483,14 @@ def _best(rounds: list[dict[str, Timing]], name: str) -> Timing:
     )
 
 
-def run(*, k: int, repeat: int, rounds: int = 5, profile: bool = False) -> dict[str, Any]:
+def run(
+    *, k: int, repeat: int, rounds: int = 5, profile: bool = False, count: bool = False
+) -> dict[str, Any]:
     """Time every candidate end to end (``k`` and 0 failures) and every strategy alone.
 
     The end-to-end comparison is repeated ``rounds`` times; each round gives every
     candidate's paired ratio to the reference (see the module docstring); the headline is
-    the median over rounds.
+    the median over rounds. ``count`` adds :func:`instructions`.
     """
     if k < 1:
         raise ValueError("k must be >= 1")
@@ -530,7 +546,102 @@ def run(*, k: int, repeat: int, rounds: int = 5, profile: bool = False) -> dict[
     if profiled is not None:
         result["profile"] = profiled
     result["targets"] = run_targets(k=k, repeat=repeat, rounds=rounds)
+    if count:
+        result["instructions"] = instructions(k)
     return result
+
+
+# -- instructions per call (valgrind) -----------------------------------------------------
+
+STOP_ANSWERS = "ablation: ours wait() + a budget stop that only answers"
+"""``wait=policy.wait(), stop=policy.stop()`` with the stop allowing every retry at once:
+what our wait and a stop's call cost, the stop's own work left out."""
+
+STOP_CHECKS = "ablation: ours wait() + a budget stop making decide()'s four checks alone"
+"""The same with a stop reduced to what the four checks need (the attempt measured, the
+sleeps summed compensated, the time left, :func:`~tenacity_budget.decision.decide`), written
+out in one function: no testing bound, other stop, throttle, retry budget, report tag or
+statistics repair. The floor of any stop that checks what ``policy.stop()`` checks."""
+
+COUNTED = ("tenacity floor", REFERENCE, "ours wait()+stop()", STOP_ANSWERS, STOP_CHECKS)
+"""The candidates :func:`instructions` counts, in the order printed."""
+
+
+def _answers(self: stop_budget, retry_state: RetryCallState) -> bool:
+    """:data:`STOP_ANSWERS`' stop: every retry allowed, nothing measured."""
+    return False
+
+
+def _checks_alone(self: stop_budget, retry_state: RetryCallState) -> bool:
+    """:data:`STOP_CHECKS`' stop: the attempt measured, the four checks asked, nothing else."""
+    record: RunState | None = getattr(retry_state, RECORD_ATTR, None)
+    if record is None:
+        record = RunState(self._budget, self._affordable)
+        setattr(retry_state, RECORD_ATTR, record)
+    end = retry_state.outcome_timestamp
+    if end is None:  # as state.observe() reads it
+        end = time.monotonic()
+    start = retry_state.start_time
+    last = record.last_end
+    took = end - start if last is None else end - last - record.upcoming_sleep
+    longest = record.longest
+    if took > longest:
+        longest = record.longest = took
+    record.last_end = end
+    sleep = record.upcoming_sleep = retry_state.upcoming_sleep
+    total, error = record.slept, record.slept_error = add_compensated(
+        record.slept, record.slept_error, sleep
+    )
+    duration = self._duration
+    reason = decide(
+        retry_state.attempt_number,
+        self._affordable,
+        sleep,
+        total + error,
+        end - start,
+        duration if duration > longest else longest,
+        self._budget,
+        self._deadline_ts - time.time(),
+    )
+    return reason is not None
+
+
+def count_calls(kind: str, k: int, calls: int) -> None:
+    """Make ``calls`` calls of candidate ``kind``, each failing ``k`` times (the process
+    :func:`instructions` runs under valgrind; an ablation's stop is patched in here only)."""
+    stop_call = {STOP_ANSWERS: _answers, STOP_CHECKS: _checks_alone}.get(kind)
+    if stop_call is not None:
+        setattr(stop_budget, "__call__", stop_call)  # noqa: B010 (this process only)
+        kind = "ours wait()+stop()"
+    flaky = Flaky()
+    decorated = _decorated(kind, flaky.fn)
+    for _ in range(calls):
+        flaky.left = k
+        decorated()
+
+
+def instructions(k: int) -> dict[str, Any]:
+    """Instructions per call (failing ``k`` times) of each of :data:`COUNTED`, counted by
+    valgrind's callgrind: the difference of two runs (600 and 100 calls), so start-up and
+    imports cancel out. A deterministic figure, whatever the machine's load; ``ratio`` is
+    each candidate's count over the reference's."""
+    per_call: dict[str, float] = {}
+    for kind in COUNTED:
+        counts = []
+        for calls in (100, 600):
+            command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+            command += [sys.executable, "-m", "benchmarks.overhead", "--count"]
+            command += [kind, str(k), str(calls)]
+            out = subprocess.run(
+                command, cwd=ROOT, capture_output=True, text=True, check=True
+            ).stderr
+            counts.append(int(out.rsplit("Collected :", 1)[1].split()[0]))
+        per_call[kind] = (counts[1] - counts[0]) / 500
+    reference = per_call[REFERENCE]
+    return {
+        kind: {"per_call": round(n), "ratio": round(n / reference, 4)}
+        for kind, n in per_call.items()
+    }
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -572,6 +683,11 @@ def _print(result: dict[str, Any]) -> None:
                     f"  {section:<9} {name:<46} {row['ratio']:.3f}x (spread {row['spread']:.3f})"
                     f" target <= {limit} {verdict}"
                 )
+    counted = result.get("instructions")
+    if counted is not None:
+        print(f"\ninstructions per call (callgrind), {k} retries:")
+        for name, row in counted.items():
+            print(f"  {name:<72} {row['per_call']:>10,} {row['ratio']:.3f}x")
     for kind, prof in result.get("profile", {}).items():
         print(
             f"\nprofile of {kind}: {fmt_ns(prof['profiled_ns_per_retry'])} per retry under "
@@ -589,12 +705,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="end-to-end comparison rounds")
     parser.add_argument("--quick", action="store_true", help="5 repeats, no result file")
     parser.add_argument("--profile", action="store_true", help="add a cProfile breakdown")
+    parser.add_argument(
+        "--instructions", action="store_true", help="add instructions per call (valgrind)"
+    )
+    parser.add_argument("--count", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.count:
+        kind, k, calls = args.count
+        count_calls(kind, int(k), int(calls))
+        return 0
     result = run(
         k=args.k,
         repeat=5 if args.quick else args.repeat,
         rounds=1 if args.quick else args.rounds,
         profile=args.profile,
+        count=args.instructions,
     )
     _print(result)
     if not args.quick:

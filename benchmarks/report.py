@@ -234,6 +234,28 @@ def _overhead(data: dict[str, Any]) -> str:
     )
 
 
+def _overhead_instructions(data: dict[str, Any]) -> str:
+    counted = data.get("instructions")
+    if not counted:
+        return "(run `python -m benchmarks.overhead --instructions` to fill this table)\n"
+    reference = data["reference"]
+    base = counted[reference]["per_call"]
+    rows = [
+        [
+            name,
+            f"{row['per_call']:,}",
+            f"{row['per_call'] - base:+,}",
+            f"{row['ratio']:.3f}",
+        ]
+        for name, row in counted.items()
+    ]
+    return (
+        f"Instructions per call failing {data['k']} times (callgrind: the difference of "
+        f"runs of 600 and 100 calls), against `{reference}`.\n\n"
+        + _table(["candidate", "instructions a call", "vs the reference", "ratio"], rows, "lrrr")
+    )
+
+
 def _strategies(data: dict[str, Any]) -> str:
     rows = [
         [
@@ -386,6 +408,7 @@ def blocks(
         "machine": _machine(results),
         "solver": _solver(results["solver"]),
         "overhead": _overhead(results["overhead"]),
+        "overhead-instructions": _overhead_instructions(results["overhead"]),
         "strategies": _strategies(results["overhead"]),
         "profile": _profile(results["overhead"]),
         "memory": _memory(results["memory"]),
