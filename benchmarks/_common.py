@@ -35,6 +35,7 @@ __all__ = [
     "RESULTS_DIR",
     "Timing",
     "calibrate",
+    "callgrind_per_unit",
     "command_line",
     "fmt_ns",
     "interleaved",
@@ -51,6 +52,9 @@ cannot inflate one candidate's figure; the work timed here is pure CPU (sleeps a
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 """Where every benchmark leaves its JSON file."""
+
+ROOT = RESULTS_DIR.parent.parent
+"""The repository root, where ``python -m benchmarks.<name>`` runs."""
 
 
 def noop_sleep(seconds: float) -> None:
@@ -222,6 +226,19 @@ def write_results(name: str, command: str, data: Mapping[str, Any]) -> Path:
     }
     path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     return path
+
+
+def callgrind_per_unit(module: str, *args: str, small: int = 100, large: int = 600) -> float:
+    """Instructions per unit of work of ``python -m <module> <args...> <units>``, counted by
+    valgrind's callgrind (a figure the machine's load does not move): the difference of a
+    run of ``large`` units and one of ``small``, so start-up and imports cancel out."""
+    counts = []
+    for units in (small, large):
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        command += [sys.executable, "-m", module, *args, str(units)]
+        out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stderr
+        counts.append(int(out.rsplit("Collected :", 1)[1].split()[0]))
+    return (counts[1] - counts[0]) / (large - small)
 
 
 def command_line(module: str) -> str:

@@ -25,23 +25,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tenacity_budget import BackoffPolicy
 
-from ._common import command_line, write_results
+from ._common import ROOT, callgrind_per_unit, command_line, write_results
 from .transport import TARGET, Rounds, ainterleaved, interleaved, serve, summary
-
-ROOT = Path(__file__).resolve().parent.parent
 
 HEADER = "X-Request-Timeout-Ms"
 LEFT = 10.0
@@ -245,24 +240,15 @@ def _one(client: str, candidate: int, n: int, url: str) -> None:
 
 
 def instructions(url: str) -> dict[str, Any]:
-    """Instructions per request of each candidate: the difference of two valgrind runs
-    (600 and 100 requests), so start-up and imports cancel out; ``ratio`` is the plain
-    client's count over the budgeted one's, ``floor_ratio`` over the floor's."""
+    """Instructions per request of each candidate, counted by callgrind
+    (:func:`~benchmarks._common.callgrind_per_unit`); ``ratio`` is the plain client's count
+    over the budgeted one's, ``floor_ratio`` over the floor's."""
     found: dict[str, Any] = {}
     for client in ("requests", "aiohttp"):
-        per_request = []
-        for candidate in range(3):
-            counts = []
-            for n in (100, 600):
-                command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-                command += [sys.executable, "-m", "benchmarks.http_clients", "--one"]
-                command += [client, str(candidate), str(n), url]
-                out = subprocess.run(
-                    command, cwd=ROOT, capture_output=True, text=True, check=True
-                ).stderr
-                counts.append(int(out.rsplit("Collected :", 1)[1].split()[0]))
-            per_request.append((counts[1] - counts[0]) / 500)
-        plain, floor, budgeted = per_request
+        plain, floor, budgeted = (
+            callgrind_per_unit("benchmarks.http_clients", "--one", client, str(candidate), url)
+            for candidate in range(3)
+        )
         found[client] = {
             "plain": round(plain),
             "floor": round(floor),
@@ -283,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        client, candidate, n, url = args.one
+        client, candidate, url, n = args.one
         _one(client, int(candidate), int(n), url)
         return
     if args.rounds < 5 or args.pairs < 1 or args.batch < 1:

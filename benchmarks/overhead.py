@@ -37,7 +37,6 @@ import cProfile
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -58,6 +57,7 @@ from tenacity_budget.strategies import stop_budget
 
 from ._common import (
     Timing,
+    callgrind_per_unit,
     command_line,
     fmt_ns,
     interleaved,
@@ -122,9 +122,6 @@ MANY = 1_000
 """An attempt limit no run reaches (``k`` stays far below it)."""
 
 T = TypeVar("T")
-
-ROOT = Path(__file__).resolve().parent.parent
-"""The repository root, where ``python -m benchmarks.overhead`` runs from."""
 
 
 class Flaky:
@@ -622,21 +619,11 @@ def count_calls(kind: str, k: int, calls: int) -> None:
 
 def instructions(k: int) -> dict[str, Any]:
     """Instructions per call (failing ``k`` times) of each of :data:`COUNTED`, counted by
-    valgrind's callgrind: the difference of two runs (600 and 100 calls), so start-up and
-    imports cancel out. A deterministic figure, whatever the machine's load; ``ratio`` is
-    each candidate's count over the reference's."""
-    per_call: dict[str, float] = {}
-    for kind in COUNTED:
-        counts = []
-        for calls in (100, 600):
-            command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-            command += [sys.executable, "-m", "benchmarks.overhead", "--count"]
-            command += [kind, str(k), str(calls)]
-            out = subprocess.run(
-                command, cwd=ROOT, capture_output=True, text=True, check=True
-            ).stderr
-            counts.append(int(out.rsplit("Collected :", 1)[1].split()[0]))
-        per_call[kind] = (counts[1] - counts[0]) / 500
+    callgrind (:func:`~benchmarks._common.callgrind_per_unit`); ``ratio`` is each
+    candidate's count over the reference's."""
+    per_call = {
+        kind: callgrind_per_unit("benchmarks.overhead", "--count", kind, str(k)) for kind in COUNTED
+    }
     reference = per_call[REFERENCE]
     return {
         kind: {"per_call": round(n), "ratio": round(n / reference, 4)}

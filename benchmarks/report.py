@@ -1087,8 +1087,18 @@ def _shape(shape: dict[str, Any]) -> str:
     )
 
 
+def _counted_cell(counted: dict[str, Any] | None) -> str:
+    """A client's instructions per request, with its ratio to the plain client's."""
+    if counted is None:
+        return "not counted"
+    if counted["ratio"] == 1:
+        return f"{counted['per_request']:,}"
+    return f"{counted['per_request']:,} ({counted['ratio']:.3f}x)"
+
+
 def _transport(data: dict[str, Any]) -> str:
     rows = []
+    instructions = data.get("instructions_per_request", {})
     for kind in ("sync", "async"):
         for name, row in data[kind].items():
             if not isinstance(row, dict):
@@ -1103,6 +1113,7 @@ def _transport(data: dict[str, Any]) -> str:
                 ]
             else:
                 cells += ["1 (reference)", ""]
+            cells.append(_counted_cell(instructions.get(kind, {}).get(name)))
             rows.append(cells)
     verdicts = "; ".join(
         f"{kind} {_verdict(data[kind]['target_met'])}" for kind in ("sync", "async")
@@ -1119,6 +1130,7 @@ def _transport(data: dict[str, Any]) -> str:
                 "server CPU",
                 "requests/s ratio",
                 "client CPU added",
+                "client instructions (callgrind)",
             ],
             rows,
         )

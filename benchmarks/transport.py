@@ -16,6 +16,10 @@ lowest and highest as the spread. Target (issue 16): at least 0.97x plain httpx'
 requests per second, sync and async. Run::
 
     python -m benchmarks.transport [--rounds 7] [--pairs 10] [--batch 50] [--quick]
+                                   [--instructions]
+
+``--instructions`` adds each client's instructions per request, counted by valgrind's
+callgrind (a figure the machine's load does not move).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from typing import Any
 
 import httpx
@@ -37,7 +41,7 @@ import httpx
 from tenacity_budget import BackoffPolicy
 from tenacity_budget.httpx import AsyncBudgetTransport, BudgetTransport
 
-from ._common import CLOCK, command_line, write_results
+from ._common import CLOCK, callgrind_per_unit, command_line, write_results
 
 __all__ = ["TARGET", "ainterleaved", "interleaved", "main", "run", "serve", "summary"]
 
@@ -197,17 +201,33 @@ async def _atimed(send: Callable[[], Awaitable[object]], batch: int, probe: http
     return wall, cpu, _server_cpu(probe) - server
 
 
+def sync_clients() -> dict[str, httpx.Client]:
+    """The three sync candidates, by name: plain, with the header, through the transport."""
+    return {
+        PLAIN: httpx.Client(),
+        WITH_HEADER: httpx.Client(headers=HEADER),
+        BUDGET: httpx.Client(transport=BudgetTransport(POLICY)),
+    }
+
+
+def async_clients() -> dict[str, httpx.AsyncClient]:
+    """The three async candidates, by name (made inside the loop that uses them)."""
+    return {
+        PLAIN: httpx.AsyncClient(),
+        WITH_HEADER: httpx.AsyncClient(headers=HEADER),
+        BUDGET: httpx.AsyncClient(transport=AsyncBudgetTransport(POLICY)),
+    }
+
+
 def run_sync(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
     """Interleaved batches of the plain, the plain-with-header and the budget sync clients."""
-    with (
-        httpx.Client(base_url=url) as probe,
-        httpx.Client() as plain,
-        httpx.Client(headers=HEADER) as header,
-        httpx.Client(transport=BudgetTransport(POLICY)) as budget,
-    ):
+    clients = sync_clients()
+    with httpx.Client(base_url=url) as probe, ExitStack() as stack:
+        for client in clients.values():
+            stack.enter_context(client)
         sends = {
             name: (lambda client=client: client.get(url).content)
-            for name, client in ((PLAIN, plain), (WITH_HEADER, header), (BUDGET, budget))
+            for name, client in clients.items()
         }
         results = interleaved(sends, probe, rounds=rounds, pairs=pairs, batch=batch)
     return summary(results, batch)
@@ -268,12 +288,10 @@ def run_async(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any
     """Interleaved batches of the plain, the plain-with-header and the budget async clients."""
 
     async def main(probe: httpx.Client) -> dict[str, Any]:
-        async with (
-            httpx.AsyncClient() as plain,
-            httpx.AsyncClient(headers=HEADER) as header,
-            httpx.AsyncClient(transport=AsyncBudgetTransport(POLICY)) as budget,
-        ):
-            clients = ((PLAIN, plain), (WITH_HEADER, header), (BUDGET, budget))
+        clients = async_clients()
+        async with AsyncExitStack() as stack:
+            for client in clients.values():
+                await stack.enter_async_context(client)
 
             def get(client: httpx.AsyncClient) -> Callable[[], Awaitable[object]]:
                 async def send() -> object:
@@ -281,7 +299,7 @@ def run_async(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any
 
                 return send
 
-            sends = {name: get(client) for name, client in clients}
+            sends = {name: get(client) for name, client in clients.items()}
             results = await ainterleaved(sends, probe, rounds=rounds, pairs=pairs, batch=batch)
         return summary(results, batch)
 
@@ -289,13 +307,15 @@ def run_async(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any
         return asyncio.run(main(probe))
 
 
-def run(*, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
-    """Both benchmarks against one uvicorn child."""
+def run(*, rounds: int, pairs: int, batch: int, count: bool = False) -> dict[str, Any]:
+    """Both benchmarks against one uvicorn child (``count``: and :func:`instructions`)."""
     if rounds < 1 or pairs < 1 or batch < 1:
         raise ValueError("rounds, pairs and batch must be >= 1")
     with serve() as url:
         sync = run_sync(url, rounds=rounds, pairs=pairs, batch=batch)
         asynchronous = run_async(url, rounds=rounds, pairs=pairs, batch=batch)
+        counted = instructions(url) if count else None
+    extra = {} if counted is None else {"instructions_per_request": counted}
     return {
         "rounds": rounds,
         "pairs": pairs,
@@ -306,7 +326,42 @@ def run(*, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
         "async": asynchronous,
         "target": f"requests per second at least {TARGET}x plain httpx's (median of the "
         "rounds' paired ratios), sync and async",
+        **extra,
     }
+
+
+def _one(mode: str, name: str, url: str, n: int) -> None:
+    """Send ``n`` sequential GETs with one candidate (``mode`` ``sync`` or ``async``, then
+    its name), the process :func:`instructions` runs under valgrind."""
+    if mode == "sync":
+        with sync_clients()[name] as client:
+            for _ in range(n):
+                client.get(url).content  # noqa: B018 (the body read, as in the timed batches)
+        return
+
+    async def run() -> None:
+        async with async_clients()[name] as client:
+            for _ in range(n):
+                (await client.get(url)).content  # noqa: B018
+
+    asyncio.run(run())
+
+
+def instructions(url: str) -> dict[str, Any]:
+    """Instructions per request of the client of each candidate, sync and async, counted
+    by callgrind (:func:`~benchmarks._common.callgrind_per_unit`); ``ratio`` is the plain
+    client's count over the candidate's (at least 1 is as cheap)."""
+    found: dict[str, Any] = {}
+    for mode in ("sync", "async"):
+        counts = {
+            name: callgrind_per_unit("benchmarks.transport", "--one", mode, name, url)
+            for name in (PLAIN, WITH_HEADER, BUDGET)
+        }
+        found[mode] = {
+            name: {"per_request": round(n), "ratio": round(counts[PLAIN] / n, 4)}
+            for name, n in counts.items()
+        }
+    return found
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -336,6 +391,9 @@ def _print(result: dict[str, Any]) -> None:
                 )
         verdict = "MET" if rows["target_met"] else "NOT MET"
         print(f"  target: {BUDGET} rps_ratio >= {TARGET}x: {verdict}")
+        counted = result.get("instructions_per_request", {}).get(kind)
+        for name, row in (counted or {}).items():
+            print(f"  {name:<22} {row['per_request']:>10,} instructions a request, {row['ratio']}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,9 +403,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=10, help="batch pairs a round")
     parser.add_argument("--batch", type=int, default=50, help="requests a batch")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 3 pairs, no file")
+    parser.add_argument(
+        "--instructions", action="store_true", help="add instructions per request (valgrind)"
+    )
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one:
+        mode, name, url, n = args.one
+        _one(mode, name, url, int(n))
+        return 0
     rounds, pairs = (2, 3) if args.quick else (args.rounds, args.pairs)
-    result = run(rounds=rounds, pairs=pairs, batch=args.batch)
+    result = run(rounds=rounds, pairs=pairs, batch=args.batch, count=args.instructions)
     _print(result)
     if not args.quick:
         path = write_results("transport", command_line("benchmarks.transport"), result)

@@ -110,6 +110,27 @@ def test_each_http_candidate_shows_its_own_instructions() -> None:
     assert report._instructions_cell(counted, names, "other") == "not counted"
 
 
+def test_each_transport_client_shows_its_own_instructions(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    data = copy.deepcopy(results["transport"])
+    data.pop("instructions_per_request", None)
+    assert report._transport(data).count("| not counted |") == 6
+    data["instructions_per_request"] = {
+        kind: {
+            "httpx": {"per_request": 1000, "ratio": 1.0},
+            "httpx + deadline header": {"per_request": 1010, "ratio": 0.9901},
+            "BudgetTransport": {"per_request": 1020 + (kind == "async"), "ratio": 0.9804},
+        }
+        for kind in ("sync", "async")
+    }
+    body = report._transport(data)
+    assert re.search(r"\| sync httpx \|.*\| 1,000 \|$", body, re.M)
+    assert re.search(r"\| sync BudgetTransport \|.*\| 1,020 \(0\.980x\) \|$", body, re.M)
+    assert re.search(r"\| async BudgetTransport \|.*\| 1,021 \(0\.980x\) \|$", body, re.M)
+    assert "not counted" not in body
+
+
 def test_the_shape_table_judges_each_figure() -> None:
     assert "| 0 | 0 | met |" in report._shape(SHAPE)
     worse = {**SHAPE, "cycles": [["a", "b"]], "cc_max": 13, "public_all": 51}
@@ -117,6 +138,20 @@ def test_the_shape_table_judges_each_figure() -> None:
     assert "| 1 (a -> b) | 0 | **not met** |" in body
     assert "| <= 12 | **not met** |" in body
     assert "| 51 | <= 50 | **not met** |" in body
+
+
+def test_the_overhead_instructions_follow_the_results(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    data = copy.deepcopy(results["overhead"])
+    data["instructions"] = {
+        data["reference"]: {"per_call": 1000, "ratio": 1.0},
+        "ours wait()+stop()": {"per_call": 1015, "ratio": 1.015},
+    }
+    body = report._overhead_instructions(data)
+    assert "| ours wait()+stop() | 1,015 | +15 | 1.015 |" in body
+    del data["instructions"]
+    assert "--instructions` to fill this table" in report._overhead_instructions(data)
 
 
 def test_the_overhead_limits_are_those_overhead_py_judges_by() -> None:
