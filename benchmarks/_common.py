@@ -231,12 +231,17 @@ def write_results(name: str, command: str, data: Mapping[str, Any]) -> Path:
 def callgrind_per_unit(module: str, *args: str, small: int = 100, large: int = 600) -> float:
     """Instructions per unit of work of ``python -m <module> <args...> <units>``, counted by
     valgrind's callgrind (a figure the machine's load does not move): the difference of a
-    run of ``large`` units and one of ``small``, so start-up and imports cancel out."""
+    run of ``large`` units and one of ``small``, so start-up and imports cancel out. String
+    hashing is seeded alike in every run (``PYTHONHASHSEED=0``): randomised, it moves a
+    count by up to about 1% from run to run."""
     counts = []
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     for units in (small, large):
         command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
         command += [sys.executable, "-m", module, *args, str(units)]
-        out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stderr
+        out = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        ).stderr
         counts.append(int(out.rsplit("Collected :", 1)[1].split()[0]))
     return (counts[1] - counts[0]) / (large - small)
 

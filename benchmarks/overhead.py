@@ -555,10 +555,13 @@ STOP_ANSWERS = "ablation: ours wait() + a budget stop that only answers"
 what our wait and a stop's call cost, the stop's own work left out."""
 
 STOP_CHECKS = "ablation: ours wait() + a budget stop making decide()'s four checks alone"
-"""The same with a stop reduced to what the four checks need (the attempt measured, the
-sleeps summed compensated, the time left, :func:`~tenacity_budget.decision.decide`), written
-out in one function: no testing bound, other stop, throttle, retry budget, report tag or
-statistics repair. The floor of any stop that checks what ``policy.stop()`` checks."""
+"""The same with a stop reduced to what the four checks need for this benchmark's policy
+(the attempt measured, the sleeps summed compensated, the policy's deadline read,
+:func:`~tenacity_budget.decision.decide`), written out in one function. It leaves out the
+rest of ``policy.stop()``'s work: the record's other facts (``attempts``, ``elapsed``,
+``observed``, ``reason``), the stop's per-run object, the enclosing deadlines and a
+deadline callable, the testing bound, another stop, a throttle and a retry budget, the
+report's tag and the statistics repair."""
 
 COUNTED = ("tenacity floor", REFERENCE, "ours wait()+stop()", STOP_ANSWERS, STOP_CHECKS)
 """The candidates :func:`instructions` counts, in the order printed."""
@@ -570,7 +573,7 @@ def _answers(self: stop_budget, retry_state: RetryCallState) -> bool:
 
 
 def _checks_alone(self: stop_budget, retry_state: RetryCallState) -> bool:
-    """:data:`STOP_CHECKS`' stop: the attempt measured, the four checks asked, nothing else."""
+    """:data:`STOP_CHECKS`' stop: the attempt measured, the four checks asked (see there)."""
     record: RunState | None = getattr(retry_state, RECORD_ATTR, None)
     if record is None:
         record = RunState(self._budget, self._affordable)

@@ -1120,7 +1120,10 @@ def _transport(data: dict[str, Any]) -> str:
     )
     return (
         f"{data['rounds']} rounds of {data['pairs']} batch groups of {data['batch']} requests, "
-        f"a {data['body_bytes']}-byte body; the budget client's policy: `{data['policy']}`.\n\n"
+        f"a {data['body_bytes']}-byte body; the budget client's policy: `{data['policy']}`. "
+        "Ratios are the candidate's requests per second over plain httpx's, and plain "
+        "httpx's client instructions over the candidate's (above 1 is faster, below 1 "
+        "costs more).\n\n"
         + _table(
             [
                 "client",

@@ -201,27 +201,31 @@ async def _atimed(send: Callable[[], Awaitable[object]], batch: int, probe: http
     return wall, cpu, _server_cpu(probe) - server
 
 
-def sync_clients() -> dict[str, httpx.Client]:
-    """The three sync candidates, by name: plain, with the header, through the transport."""
-    return {
-        PLAIN: httpx.Client(),
-        WITH_HEADER: httpx.Client(headers=HEADER),
-        BUDGET: httpx.Client(transport=BudgetTransport(POLICY)),
-    }
+NAMES = (PLAIN, WITH_HEADER, BUDGET)
+"""The candidates of each kind, in the order their batches run."""
 
 
-def async_clients() -> dict[str, httpx.AsyncClient]:
-    """The three async candidates, by name (made inside the loop that uses them)."""
-    return {
-        PLAIN: httpx.AsyncClient(),
-        WITH_HEADER: httpx.AsyncClient(headers=HEADER),
-        BUDGET: httpx.AsyncClient(transport=AsyncBudgetTransport(POLICY)),
-    }
+def sync_client(name: str) -> httpx.Client:
+    """One sync candidate, by name: plain, with the header, or through the transport."""
+    if name == PLAIN:
+        return httpx.Client()
+    if name == WITH_HEADER:
+        return httpx.Client(headers=HEADER)
+    return httpx.Client(transport=BudgetTransport(POLICY))
+
+
+def async_client(name: str) -> httpx.AsyncClient:
+    """One async candidate, by name (made inside the loop that uses it)."""
+    if name == PLAIN:
+        return httpx.AsyncClient()
+    if name == WITH_HEADER:
+        return httpx.AsyncClient(headers=HEADER)
+    return httpx.AsyncClient(transport=AsyncBudgetTransport(POLICY))
 
 
 def run_sync(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
     """Interleaved batches of the plain, the plain-with-header and the budget sync clients."""
-    clients = sync_clients()
+    clients = {name: sync_client(name) for name in NAMES}
     with httpx.Client(base_url=url) as probe, ExitStack() as stack:
         for client in clients.values():
             stack.enter_context(client)
@@ -288,7 +292,7 @@ def run_async(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any
     """Interleaved batches of the plain, the plain-with-header and the budget async clients."""
 
     async def main(probe: httpx.Client) -> dict[str, Any]:
-        clients = async_clients()
+        clients = {name: async_client(name) for name in NAMES}
         async with AsyncExitStack() as stack:
             for client in clients.values():
                 await stack.enter_async_context(client)
@@ -334,13 +338,13 @@ def _one(mode: str, name: str, url: str, n: int) -> None:
     """Send ``n`` sequential GETs with one candidate (``mode`` ``sync`` or ``async``, then
     its name), the process :func:`instructions` runs under valgrind."""
     if mode == "sync":
-        with sync_clients()[name] as client:
+        with sync_client(name) as client:
             for _ in range(n):
                 client.get(url).content  # noqa: B018 (the body read, as in the timed batches)
         return
 
     async def run() -> None:
-        async with async_clients()[name] as client:
+        async with async_client(name) as client:
             for _ in range(n):
                 (await client.get(url)).content  # noqa: B018
 
@@ -355,7 +359,7 @@ def instructions(url: str) -> dict[str, Any]:
     for mode in ("sync", "async"):
         counts = {
             name: callgrind_per_unit("benchmarks.transport", "--one", mode, name, url)
-            for name in (PLAIN, WITH_HEADER, BUDGET)
+            for name in NAMES
         }
         found[mode] = {
             name: {"per_request": round(n), "ratio": round(counts[PLAIN] / n, 4)}
