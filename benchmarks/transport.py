@@ -205,22 +205,23 @@ NAMES = (PLAIN, WITH_HEADER, BUDGET)
 """The candidates of each kind, in the order their batches run."""
 
 
+def _options(name: str, asynchronous: bool) -> dict[str, Any]:
+    """The client options of candidate ``name``: none, the header, or the budget transport."""
+    if name == WITH_HEADER:
+        return {"headers": HEADER}
+    if name == BUDGET:
+        return {"transport": (AsyncBudgetTransport if asynchronous else BudgetTransport)(POLICY)}
+    return {}
+
+
 def sync_client(name: str) -> httpx.Client:
     """One sync candidate, by name: plain, with the header, or through the transport."""
-    if name == PLAIN:
-        return httpx.Client()
-    if name == WITH_HEADER:
-        return httpx.Client(headers=HEADER)
-    return httpx.Client(transport=BudgetTransport(POLICY))
+    return httpx.Client(**_options(name, False))
 
 
 def async_client(name: str) -> httpx.AsyncClient:
     """One async candidate, by name (made inside the loop that uses it)."""
-    if name == PLAIN:
-        return httpx.AsyncClient()
-    if name == WITH_HEADER:
-        return httpx.AsyncClient(headers=HEADER)
-    return httpx.AsyncClient(transport=AsyncBudgetTransport(POLICY))
+    return httpx.AsyncClient(**_options(name, True))
 
 
 def run_sync(url: str, *, rounds: int, pairs: int, batch: int) -> dict[str, Any]:
