@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
@@ -168,7 +167,7 @@ class BudgetMiddleware:
             ),
             self._max_elapsed,
         )
-        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
+        self._deadline_ts = policy.terms.deadline_ts  # inf: none
         # A retryable status is a result, retried as one; the wait reads the outcome.
         self._retried = policy.retry(
             budget=budget,

@@ -375,7 +375,7 @@ class _Transport:
         self._max_elapsed = policy.max_elapsed
         self._headers = DeadlineHeaders(config.deadline_senders, self._max_elapsed)
         self._statuses = config.retry_statuses
-        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
+        self._deadline_ts = policy.terms.deadline_ts  # inf: none
         is_async = config.budget is not None and bool(getattr(config.budget, "is_async", False))
         if is_async and not self._asyncio:
             raise TypeError(

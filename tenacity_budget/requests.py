@@ -10,7 +10,6 @@ is docs/cookbook.md.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -192,10 +191,11 @@ class BudgetAdapter(HTTPAdapter):
         self._fixed, self._throttle_of = check_throttle(throttle)
         # Whether a first attempt is admitted at all: a throttle asked, a deposit made.
         self._admits = throttle is not None or budget is not None
+        self._max_elapsed = policy.max_elapsed
         self._headers = DeadlineHeaders(
-            _deadline_senders(deadline_header, deadline_headers), policy.max_elapsed
+            _deadline_senders(deadline_header, deadline_headers), self._max_elapsed
         )
-        self._deadline_ts = math.inf if policy.deadline is None else policy.deadline.timestamp()
+        self._deadline_ts = policy.terms.deadline_ts  # inf: none
         super().__init__(max_retries=0, **adapter_kwargs)
         statuses = self.retry_statuses
         # A retryable status is a result, retried as one; the wait reads the outcome.
@@ -234,9 +234,9 @@ class BudgetAdapter(HTTPAdapter):
         started = time.monotonic()
         if self._admits:
             self._admit_first(call, started)
-        horizon = run_horizon(started, self.policy.max_elapsed, self._deadline_ts)
+        horizon = run_horizon(started, self._max_elapsed, self._deadline_ts)
         try:
-            response = self._admit(call, time_left(horizon, self.policy.max_elapsed))
+            response = self._admit(call, time_left(horizon, self._max_elapsed))
         except BaseException as exc:
             if not retried or not _retryable(exc):
                 _tell(call.throttle, exc)
@@ -250,7 +250,7 @@ class BudgetAdapter(HTTPAdapter):
             call.first = response
         # The run records the first outcome when it replays it, and asks the throttle of
         # every retry.
-        with _frame(retry_frame(horizon, started, self.policy.max_elapsed)):
+        with _frame(retry_frame(horizon, started, self._max_elapsed)):
             return self._run(call)
 
     def _admit_first(self, call: _Call, started: float) -> None:
