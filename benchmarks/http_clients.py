@@ -36,7 +36,7 @@ import httpx
 from tenacity_budget import BackoffPolicy
 
 from ._common import ROOT, callgrind_per_unit, command_line, write_results
-from .transport import TARGET, Rounds, ainterleaved, interleaved, serve, summary
+from .transport import TARGET, Rounds, ainterleaved, counted, interleaved, serve, summary
 
 HEADER = "X-Request-Timeout-Ms"
 LEFT = 10.0
@@ -240,23 +240,17 @@ def _one(client: str, candidate: int, n: int, url: str) -> None:
 
 
 def instructions(url: str) -> dict[str, Any]:
-    """Instructions per request of each candidate, counted by callgrind
-    (:func:`~benchmarks._common.callgrind_per_unit`); ``ratio`` is the plain client's count
-    over the budgeted one's, ``floor_ratio`` over the floor's."""
-    found: dict[str, Any] = {}
-    for client in ("requests", "aiohttp"):
-        plain, floor, budgeted = (
-            callgrind_per_unit("benchmarks.http_clients", "--one", client, str(candidate), url)
-            for candidate in range(3)
+    """Instructions per request of each client's candidates (:func:`transport.counted`),
+    counted by callgrind (:func:`~benchmarks._common.callgrind_per_unit`)."""
+    return {
+        client: counted(
+            *(
+                callgrind_per_unit("benchmarks.http_clients", "--one", client, str(candidate), url)
+                for candidate in range(3)
+            )
         )
-        found[client] = {
-            "plain": round(plain),
-            "floor": round(floor),
-            "budgeted": round(budgeted),
-            "ratio": round(plain / budgeted, 4),
-            "floor_ratio": round(plain / floor, 4),
-        }
-    return found
+        for client in ("requests", "aiohttp")
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1087,15 +1087,6 @@ def _shape(shape: dict[str, Any]) -> str:
     )
 
 
-def _counted_cell(counted: dict[str, Any] | None) -> str:
-    """A client's instructions per request, with its ratio to the plain client's."""
-    if counted is None:
-        return "not counted"
-    if counted["ratio"] == 1:
-        return f"{counted['per_request']:,}"
-    return f"{counted['per_request']:,} ({counted['ratio']:.3f}x)"
-
-
 def _transport(data: dict[str, Any]) -> str:
     rows = []
     instructions = data.get("instructions_per_request", {})
@@ -1113,7 +1104,8 @@ def _transport(data: dict[str, Any]) -> str:
                 ]
             else:
                 cells += ["1 (reference)", ""]
-            cells.append(_counted_cell(instructions.get(kind, {}).get(name)))
+            names = [n for n, r in data[kind].items() if isinstance(r, dict)]
+            cells.append(_instructions_cell(instructions.get(kind), names, name))
             rows.append(cells)
     verdicts = "; ".join(
         f"{kind} {_verdict(data[kind]['target_met'])}" for kind in ("sync", "async")

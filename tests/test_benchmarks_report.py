@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import report
+from benchmarks import report, transport
 
 SHAPE: dict[str, Any] = {
     "modules": 3,
@@ -117,11 +117,7 @@ def test_each_transport_client_shows_its_own_instructions(
     data.pop("instructions_per_request", None)
     assert report._transport(data).count("| not counted |") == 6
     data["instructions_per_request"] = {
-        kind: {
-            "httpx": {"per_request": 1000, "ratio": 1.0},
-            "httpx + deadline header": {"per_request": 1010, "ratio": 0.9901},
-            "BudgetTransport": {"per_request": 1020 + (kind == "async"), "ratio": 0.9804},
-        }
+        kind: transport.counted(1000 + (kind == "async"), 1010, 1020 + (kind == "async"))
         for kind in ("sync", "async")
     }
     body = report._transport(data)
